@@ -1,0 +1,59 @@
+# trainstack: the commands a user runs. `make e2e` and `make test` install what they need.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+TS := $(VENV)/bin/trainstack
+STAMP := $(VENV)/.installed
+ENV ?= dev
+PROVIDER ?= local
+PYTEST_ARGS ?=
+
+.PHONY: setup venv tools deps render validate test test-fast e2e smoke-train bench docs lock-check clean help
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+venv: $(STAMP) ## create .venv with the trainstack package
+
+setup: venv ## venv + pinned tools + chart dependencies (each step skips itself when done)
+	$(TS) tools install
+	$(TS) deps
+
+tools: venv ## build the pinned CLIs into ~/.cache/trainstack
+	$(TS) tools install
+
+deps: venv ## chart dependencies (OCI, else pinned upstream source)
+	$(TS) deps
+
+render: setup ## render ENV (default dev) to stdout
+	$(TS) render --env $(ENV)
+
+docs: venv ## regenerate generated docs (chart README)
+	$(TS) docs
+
+lock-check: venv ## check the lock file and Chart.lock
+	$(TS) lock check
+
+test: setup ## run the whole test suite (pytest); exit 5 (no tests) counts as failure
+	$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+test-fast: venv ## the tests that need no built tools
+	$(VENV)/bin/pytest -m "not slow and not e2e" $(PYTEST_ARGS)
+
+e2e: setup ## smoke TrainJobs end to end (PROVIDER=local|kind|existing|auto, ENV=dev)
+	$(TS) e2e --provider $(PROVIDER) --env $(ENV)
+
+smoke-train: venv ## real torch DDP training smoke (two ranks on this machine)
+	$(TS) smoke train
+
+bench: setup ## benchmarks; results in bench/results/
+	$(TS) bench
+
+clean: ## remove the venv and built chart dependencies (the tool cache stays)
+	rm -rf $(VENV) charts/trainstack/charts charts/trainstack/crds

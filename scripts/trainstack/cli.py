@@ -1,0 +1,171 @@
+"""The `trainstack` entry point: argument parsing and exit codes only.
+
+Each subcommand lives in its own module; errors a user can cause arrive as UserError and
+leave as one line on stderr with the error's exit code (2 for wrong usage).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+from pathlib import Path
+
+from . import __version__, progress
+from .errors import UsageError, UserError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, as the contract says
+        raise UsageError(message, f"see '{self.prog} --help'")
+
+
+def _cmd_tools(args: argparse.Namespace) -> int:
+    from . import tools
+
+    if args.tools_command == "list":
+        rows = tools.status()
+        if args.output == "json":
+            print(json.dumps([row.__dict__ for row in rows], indent=2))
+        else:
+            progress.table("pinned tools", ["tool", "binary", "version", "path", "status"],
+                           [(r.tool, r.binary, r.version, r.path, r.status) for r in rows])
+        return 0
+    rows = tools.install(args.names or None, include_optional=not args.skip_optional)
+    if all(action == "up to date" for _, _, action, _ in rows):
+        progress.info(f"all {len(rows)} pinned tools are up to date; nothing to do")
+    progress.table("trainstack tools install", ["tool", "version", "action", "seconds"],
+                   [(n, v, a, f"{s:.1f}") for n, v, a, s in rows], to_stderr=True)
+    return 0
+
+
+def _cmd_deps(args: argparse.Namespace) -> int:
+    from . import deps, lock, paths
+
+    if args.deps_command == "lock":
+        path = deps.write_chart_lock(paths.chart_dir(), lock.load())
+        progress.info(f"wrote {path}")
+        return 0
+    result = deps.build(source=args.source)
+    if args.output == "json":
+        print(json.dumps(result.__dict__, indent=2, sort_keys=True))
+    else:
+        label = "OCI chart repositories" if result.source == "oci" else "pinned upstream source (Go module proxy, checksum-verified)"
+        progress.table(f"chart dependencies (source: {label})", ["chart", "archive"],
+                       sorted(result.charts.items()))
+        print(f"dependency source: {result.source}")
+    return 0
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from . import render
+
+    objects = render.render_objects(args.env)
+    if args.out:
+        written = render.write_dir(objects, Path(args.out))
+        progress.info(f"wrote {len(written)} objects to {args.out}")
+    else:
+        sys.stdout.write(render.to_stream(objects))
+    return 0
+
+
+def _cmd_lock(args: argparse.Namespace) -> int:
+    from . import deps, lock, paths
+
+    loaded = lock.load()
+    problems = loaded.problems()
+    try:
+        deps.verify_chart_lock(paths.chart_dir(), loaded)
+    except UserError as err:
+        problems.append(err.message)
+    if args.output == "json":
+        print(json.dumps({"lock": str(loaded.path), "problems": problems}, indent=2))
+    else:
+        for problem in problems:
+            print(f"- {problem}")
+        if not problems:
+            print(f"{loaded.path}: ok")
+    return 1 if problems else 0
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    from . import chartdocs
+
+    stale = chartdocs.write(check=args.check)
+    if args.check and stale:
+        for path in stale:
+            print(f"stale: {path} (run 'trainstack docs')")
+        return 1
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="trainstack", description="Kubeflow Trainer as a platform: pinned, rendered, validated, tested.")
+    parser.add_argument("--version", action="version", version=f"trainstack {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    tools_p = sub.add_parser("tools", help="install and list the pinned CLIs")
+    tools_sub = tools_p.add_subparsers(dest="tools_command", required=True, parser_class=_Parser)
+    install_p = tools_sub.add_parser("install", help="build missing tools into the cache (idempotent)")
+    install_p.add_argument("names", nargs="*", help="tools to install (default: all in the lock)")
+    install_p.add_argument("--skip-optional", action="store_true", help="skip the upstream controllers (e2e only)")
+    list_p = tools_sub.add_parser("list", help="tool, pinned version, path, status")
+    list_p.add_argument("--output", choices=["text", "json"], default="text")
+    tools_p.set_defaults(func=_cmd_tools)
+
+    deps_p = sub.add_parser("deps", help="make the umbrella chart's dependencies available")
+    deps_p.add_argument("deps_command", nargs="?", choices=["build", "lock"], default="build",
+                        help="build (default) the dependencies, or lock: rewrite Chart.lock offline")
+    deps_p.add_argument("--source", choices=["auto", "oci", "source"], default="auto",
+                        help="auto: OCI repositories, else pinned upstream source")
+    deps_p.add_argument("--output", choices=["text", "json"], default="text")
+    deps_p.set_defaults(func=_cmd_deps)
+
+    render_p = sub.add_parser("render", help="render an environment's manifests")
+    render_p.add_argument("--env", required=True, help="overlay name under overlays/ (e.g. dev)")
+    render_p.add_argument("-o", "--out", help="write one file per object under this folder")
+    render_p.set_defaults(func=_cmd_render)
+
+    lock_p = sub.add_parser("lock", help="check trainstack.lock.yaml")
+    lock_p.add_argument("lock_command", choices=["check"])
+    lock_p.add_argument("--output", choices=["text", "json"], default="text")
+    lock_p.set_defaults(func=_cmd_lock)
+
+    docs_p = sub.add_parser("docs", help="regenerate the chart README from values.yaml")
+    docs_p.add_argument("--check", action="store_true", help="fail when a generated file is stale")
+    docs_p.set_defaults(func=_cmd_docs)
+
+    for register in _extensions():
+        register(sub)
+    return parser
+
+
+def _extensions():
+    """Subcommands that live in their own modules (validate, smoke, e2e, bench)."""
+    from . import commands
+
+    return commands.registrars()
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return int(args.func(args) or 0)
+    except UserError as err:
+        print(err.one_line(), file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        print("error: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - the last line of defence: no traceback for users
+        if os.environ.get("TRAINSTACK_DEBUG"):
+            traceback.print_exc()
+        print(f"error: internal error: {type(err).__name__}: {err} (set TRAINSTACK_DEBUG=1 for details)",
+              file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

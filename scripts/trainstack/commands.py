@@ -1,0 +1,16 @@
+"""Subcommands defined outside cli.py: each module listed here has `register(subparsers)`.
+
+Adding a command is one line here plus its own module, so cli.py stays about parsing only.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+MODULES: list[str] = [
+    "trainstack.e2e.command",
+]
+
+
+def registrars():
+    return [importlib.import_module(name).register for name in MODULES]

@@ -1,0 +1,273 @@
+"""Makes the umbrella chart's dependencies available in charts/trainstack/charts/.
+
+First choice: the published charts from their OCI repositories (`helm dependency build`).
+When those cannot be reached: the same chart versions built from upstream source at the
+pinned tag, taken from the Go module proxy and verified against the lock's h1: checksum,
+with the edits upstream's release scripts make when they publish (image and version fields).
+Then the upstream CRDs are written to charts/trainstack/crds/, where Helm installs them but
+never deletes them, so TrainJobs survive `helm uninstall`. Nothing here is committed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from . import chartpack, helm, paths, progress, tools
+from . import lock as lockmod
+from .errors import UserError
+
+REPORT = ".trainstack-deps.json"
+OCI_TIMEOUT_S = 120
+
+
+@dataclass
+class DepsResult:
+    source: str  # "oci" | "source"
+    charts: dict[str, str]  # name -> archive path
+    crds: list[str]
+    oci_error: str = ""
+
+
+def chart_dependencies(chart_dir: Path) -> list[dict]:
+    chart_yaml = chart_dir / "Chart.yaml"
+    try:
+        data = yaml.safe_load(chart_yaml.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise UserError(f"{chart_yaml}: cannot read the chart: {err}".splitlines()[0]) from None
+    if not isinstance(data, dict):
+        raise UserError(f"{chart_yaml}: not a YAML mapping", "restore Chart.yaml from git")
+    deps = data.get("dependencies") or []
+    if not isinstance(deps, list):
+        raise UserError(f"{chart_yaml}: 'dependencies' must be a list")
+    return deps
+
+
+def check_against_lock(chart_dir: Path, lock: lockmod.Lock) -> list[dict]:
+    """Chart.yaml's dependencies, after checking each matches the lock (name, version, OCI repo)."""
+    deps = chart_dependencies(chart_dir)
+    names = {d.get("name") for d in deps}
+    for pin in lock.charts():
+        if pin.name not in names:
+            raise UserError(f"{chart_dir / 'Chart.yaml'}: dependency '{pin.name}' from the lock is missing")
+    for dep in deps:
+        pin = lock.chart(str(dep.get("name")))
+        if str(dep.get("version")) != pin.version or dep.get("repository") != pin.oci:
+            raise UserError(
+                f"{chart_dir / 'Chart.yaml'}: dependency '{pin.name}' is {dep.get('version')} from "
+                f"{dep.get('repository')}, but the lock pins {pin.version} from {pin.oci}",
+                "edit Chart.yaml to match trainstack.lock.yaml, then run 'trainstack deps lock'",
+            )
+    return deps
+
+
+def write_chart_lock(chart_dir: Path, lock: lockmod.Lock) -> Path:
+    """(Re)write Chart.lock with Helm's digest, offline (no repository is contacted)."""
+    deps = check_against_lock(chart_dir, lock)
+    locked = [{"name": d["name"], "repository": d["repository"], "version": str(d["version"])} for d in deps]
+    digest = chartpack.helm_lock_digest(deps, locked)
+    body = {"dependencies": locked, "digest": digest, "generated": "2026-01-01T00:00:00Z"}
+    path = chart_dir / "Chart.lock"
+    path.write_text(yaml.safe_dump(body, sort_keys=True))
+    return path
+
+
+def verify_chart_lock(chart_dir: Path, lock: lockmod.Lock) -> None:
+    deps = check_against_lock(chart_dir, lock)
+    path = chart_dir / "Chart.lock"
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        raise UserError(f"{path} is missing or unreadable", "run 'trainstack deps lock'") from None
+    if chartpack.helm_lock_digest(deps, data.get("dependencies") or []) != data.get("digest"):
+        raise UserError(f"{path} is out of date with Chart.yaml", "run 'trainstack deps lock'")
+
+
+# -- sources --------------------------------------------------------------------------------
+
+def _try_oci(chart_dir: Path, lock: lockmod.Lock) -> str:
+    """Run `helm dependency build`; returns '' on success or the reason it failed."""
+    try:
+        result = helm.run(["dependency", "build", str(chart_dir), "--skip-refresh"], lock=lock,
+                          timeout=OCI_TIMEOUT_S, check=False)
+    except subprocess.TimeoutExpired:
+        return f"no answer within {OCI_TIMEOUT_S}s"
+    if result.returncode == 0:
+        return ""
+    lines = [ln for ln in (result.stderr or result.stdout).strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else f"helm exited {result.returncode}"
+
+
+def _verified_zip(source: lockmod.ModuleSource) -> Path:
+    info = tools.module_info(source.module, source.version)
+    zip_path = Path(info["Zip"])
+    actual = chartpack.module_h1(zip_path)
+    if actual != source.sum:
+        raise UserError(f"checksum mismatch for {source.module}@{source.version}: lock says {source.sum}, "
+                        f"the module zip hashes to {actual}", "do not use this module; check the lock file")
+    return zip_path
+
+
+def _set_yaml_scalar(path: Path, dotted: str, value: str) -> None:
+    """Set one scalar in a YAML file in place, keeping comments (what upstream's yq edits do)."""
+    lines = path.read_text().splitlines(keepends=True)
+    keys = dotted.split(".")
+    depth, indent_stack = 0, [-1]
+    for i, line in enumerate(lines):
+        stripped = line.lstrip(" ")
+        if not stripped.strip() or stripped.startswith("#"):
+            continue
+        indent = len(line) - len(stripped)
+        while depth > 0 and indent <= indent_stack[-1]:
+            depth -= 1
+            indent_stack.pop()
+        match = re.match(rf"{re.escape(keys[depth])}:(\s|$)", stripped)
+        if not match:
+            continue
+        if depth == len(keys) - 1:
+            lines[i] = f"{' ' * indent}{keys[depth]}: {json.dumps(value)}\n"
+            path.write_text("".join(lines))
+            parsed = yaml.safe_load(path.read_text())
+            for key in keys:
+                parsed = parsed[key]
+            if parsed != value:
+                raise UserError(f"{path}: could not set {dotted}")
+            return
+        depth += 1
+        indent_stack.append(indent)
+    raise UserError(f"{path}: upstream chart has no '{dotted}' value to set", "the lock may point at an "
+                    "upstream version whose chart layout differs; check charts in trainstack.lock.yaml")
+
+
+def _release_edits(name: str, workdir: Path, lock: lockmod.Lock) -> None:
+    """The edits upstream's publishing scripts make (hack/helm-chart-package.sh, hack/push-chart.sh)."""
+    pin = lock.chart(name)
+    chart_yaml = workdir / "Chart.yaml"
+    meta = yaml.safe_load(chart_yaml.read_text())
+    if name == "jobset":
+        image = lock.image("jobset-controller")
+        _set_yaml_scalar(workdir / "values.yaml", "image.repository", f"{image.registry}/{image.repository}")
+        _set_yaml_scalar(workdir / "values.yaml", "image.tag", image.tag)
+        _set_yaml_scalar(workdir / "values.yaml", "image.pullPolicy", "IfNotPresent")
+        meta["appVersion"] = image.tag
+    elif name == "lws":
+        image = lock.image("lws-controller")
+        _set_yaml_scalar(workdir / "values.yaml", "image.manager.repository", f"{image.registry}/{image.repository}")
+        _set_yaml_scalar(workdir / "values.yaml", "image.manager.tag", image.tag)
+        _set_yaml_scalar(workdir / "values.yaml", "image.manager.pullPolicy", "IfNotPresent")
+        meta["appVersion"] = image.tag
+    if str(meta.get("version")) != pin.version:
+        meta["version"] = pin.version  # the lws tag carries `version: 0.1.0`
+    chart_yaml.write_text(yaml.safe_dump(meta, sort_keys=False))
+
+
+def _build_from_source(chart_dir: Path, lock: lockmod.Lock, out_dir: Path) -> dict[str, str]:
+    built: dict[str, Path] = {}
+    with tempfile.TemporaryDirectory(prefix="trainstack-deps-") as tmp:
+        order = sorted(lock.charts(), key=lambda p: p.name == "kubeflow-trainer")  # nested deps first
+        for pin in order:
+            with progress.step(f"building chart {pin.name} {pin.version} from {pin.source.module}@{pin.source.version}"):
+                zip_path = _verified_zip(pin.source)
+                work = Path(tmp) / pin.name
+                prefix = f"{pin.source.module}@{pin.source.version}/{pin.source.path}"
+                chartpack.extract_subdir(zip_path, prefix, work)
+                if not (work / "Chart.yaml").is_file():
+                    raise UserError(f"{pin.source.module}@{pin.source.version} has no chart at {pin.source.path}")
+                _release_edits(pin.name, work, lock)
+                for nested in chart_dependencies(work):
+                    nested_name, nested_version = nested.get("name"), str(nested.get("version"))
+                    if nested_name not in built or lock.chart(nested_name).version != nested_version:
+                        raise UserError(f"{pin.name} {pin.version} needs {nested_name} {nested_version}, "
+                                        "which the lock does not pin", "pin it under charts in the lock")
+                    (work / "charts").mkdir(exist_ok=True)
+                    shutil.copy2(built[nested_name], work / "charts" / built[nested_name].name)
+                archive = Path(tmp) / f"{pin.name}-{pin.version}.tgz"
+                chartpack.pack_chart(work, pin.name, archive)
+                built[pin.name] = archive
+        out_dir.mkdir(parents=True, exist_ok=True)
+        result = {}
+        for name, archive in built.items():
+            dest = out_dir / archive.name
+            shutil.copyfile(archive, dest)
+            result[name] = str(dest)
+    return result
+
+
+def _clean(out_dir: Path) -> None:
+    if out_dir.is_dir():
+        for child in out_dir.iterdir():
+            if child.suffix == ".tgz" or child.name == REPORT:
+                child.unlink()
+
+
+def _write_crds(chart_dir: Path, lock: lockmod.Lock) -> list[str]:
+    """Render the Trainer chart's CRD templates into crds/ (upstream ships them as templates)."""
+    pin = lock.chart("kubeflow-trainer")
+    archive = chart_dir / "charts" / f"kubeflow-trainer-{pin.version}.tgz"
+    rendered = helm.run(["template", "crds", str(archive), "--set", "crds.enabled=true",
+                         "--set", "jobset.install=false", "--set", "dataCache.enabled=false"], lock=lock).stdout
+    crd_dir = chart_dir / "crds"
+    shutil.rmtree(crd_dir, ignore_errors=True)
+    crd_dir.mkdir()
+    names = []
+    for doc in yaml.safe_load_all(rendered):
+        if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
+            name = doc["metadata"]["name"]
+            (crd_dir / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=True))
+            names.append(name)
+    if not names:
+        raise UserError(f"{archive}: rendered no CustomResourceDefinitions", "the Trainer chart layout changed")
+    (crd_dir / "README.md").write_text("Generated by `trainstack deps` from the pinned Trainer chart. Not in git.\n")
+    return sorted(names)
+
+
+def build(source: str = "auto", chart_dir: Path | None = None, lock: lockmod.Lock | None = None) -> DepsResult:
+    """Fill charts/ (and crds/) of the umbrella chart. source: auto | oci | source."""
+    lock = lock or lockmod.load()
+    chart_dir = chart_dir or paths.chart_dir()
+    if source not in ("auto", "oci", "source"):
+        raise UserError(f"unknown dependency source '{source}'", "use auto, oci or source", exit_code=2)
+    verify_chart_lock(chart_dir, lock)
+    out_dir = chart_dir / "charts"
+    _clean(out_dir)
+    oci_error = ""
+    used = "source"
+    charts: dict[str, str] = {}
+    if source in ("auto", "oci"):
+        with progress.step("helm dependency build (OCI chart repositories)"):
+            oci_error = _try_oci(chart_dir, lock)
+        if not oci_error:
+            used = "oci"
+            charts = {p.name: str(out_dir / f"{p.name}-{p.version}.tgz") for p in lock.charts()}
+        elif source == "oci":
+            raise UserError(f"the OCI chart repositories could not be reached: {oci_error}",
+                            "check network access to the registries, or run 'trainstack deps --source source'")
+        else:
+            _clean(out_dir)
+            progress.info(f"OCI chart repositories unreachable ({oci_error}); building from pinned upstream source")
+    if used == "source":
+        charts = _build_from_source(chart_dir, lock, out_dir)
+    crds = _write_crds(chart_dir, lock)
+    result = DepsResult(source=used, charts=charts, crds=crds, oci_error=oci_error)
+    report = {"source": used, "oci_error": oci_error, "charts": {k: Path(v).name for k, v in charts.items()},
+              "crds": crds}
+    (out_dir / REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    return result
+
+
+def ensure(lock: lockmod.Lock | None = None) -> None:
+    """Build the dependencies when they are missing (render and e2e call this)."""
+    chart_dir = paths.chart_dir()
+    report = chart_dir / "charts" / REPORT
+    lock = lock or lockmod.load()
+    expected = [chart_dir / "charts" / f"{p.name}-{p.version}.tgz" for p in lock.charts()]
+    if report.is_file() and all(p.is_file() for p in expected) and (chart_dir / "crds").is_dir():
+        return
+    build(lock=lock)

@@ -1,0 +1,1 @@
+"""`trainstack e2e`: smoke TrainJobs end to end on a real control plane (local, kind or existing)."""

@@ -1,0 +1,49 @@
+"""The pinned kubectl against one cluster (a kubeconfig and, optionally, a context)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import lock as lockmod
+from .. import tools
+from ..errors import UserError
+
+
+class Kubectl:
+    """Runs the pinned kubectl; `kubectl()` and `kubectl_json()` match LocalCluster's, so the suite takes either."""
+
+    def __init__(self, kubeconfig: Path | None = None, context: str | None = None,
+                 lock: lockmod.Lock | None = None) -> None:
+        self.kubeconfig = kubeconfig
+        self.context = context
+        self.binary = tools.require("kubectl", lock)
+
+    def base(self) -> list[str]:
+        cmd = [str(self.binary)]
+        if self.kubeconfig:
+            cmd += ["--kubeconfig", str(self.kubeconfig)]
+        if self.context:
+            cmd += ["--context", self.context]
+        return cmd
+
+    def kubectl(self, *args: str, input_text: str | None = None, check: bool = True,
+                timeout: float = 60) -> subprocess.CompletedProcess:
+        result = subprocess.run([*self.base(), *args], capture_output=True, text=True, input=input_text,
+                                timeout=timeout, env=dict(os.environ))
+        if check and result.returncode != 0:
+            lines = [ln for ln in (result.stderr or result.stdout).strip().splitlines() if ln.strip()]
+            raise UserError(f"kubectl {' '.join(args[:3])} failed: {lines[-1] if lines else 'no output'}")
+        return result
+
+    def kubectl_json(self, *args: str) -> dict[str, Any]:
+        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+
+    def apply(self, objects: list[dict[str, Any]], server_side: bool = False) -> None:
+        extra = ["--server-side", "--field-manager=trainstack"] if server_side else []
+        self.kubectl("apply", *extra, "-f", "-", input_text=yaml.safe_dump_all(objects, sort_keys=False))

@@ -1,0 +1,63 @@
+"""Where the e2e suite's cluster comes from: `local`, `kind` or `existing`.
+
+A provider only brings (and takes away) the cluster; the suite is the same for all. The hooks
+below let a provider say what it cannot do (e.g. kind has no GPU nodes) instead of faking it.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+PROVIDERS = ("auto", "local", "kind", "existing")
+
+
+class Provider:
+    """Base: the defaults suit a cluster whose pods are real."""
+
+    name = ""
+    reason = ""  # why this provider was chosen (auto)
+    context: str | None = None
+    kubeconfig: Path | None = None
+    job_timeout = 120.0
+    can_fail_pods = False
+    installs = True
+
+    def up(self, suite: Any) -> Any:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        return self.name
+
+    def while_installing(self, suite: Any, proc: subprocess.Popen) -> str | None:
+        """Runs while `helm install --wait` waits (the local provider starts its controllers here)."""
+        return None
+
+    def after_uninstall(self, suite: Any) -> None:
+        return None
+
+    def unsupported(self, jobs: list[Any]) -> dict[str, str]:
+        """Smoke jobs this cluster cannot run -> why (reported as skipped, never as passed)."""
+        return {}
+
+    def logs(self) -> dict[str, Path]:
+        return {}
+
+    def down(self, keep: bool) -> str:
+        return ""
+
+
+def docker_answers(timeout: float = 10) -> tuple[bool, str]:
+    """(True, '') when a Docker engine answers `docker version`, else (False, why)."""
+    try:
+        result = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
+                                text=True, timeout=timeout)
+    except FileNotFoundError:
+        return False, "no docker command"
+    except subprocess.TimeoutExpired:
+        return False, f"docker did not answer within {timeout:.0f}s"
+    if result.returncode != 0 or not result.stdout.strip():
+        lines = [ln for ln in (result.stderr or "").strip().splitlines() if ln.strip()]
+        return False, lines[-1] if lines else "the Docker engine did not answer"
+    return True, ""

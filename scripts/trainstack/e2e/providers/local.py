@@ -1,0 +1,227 @@
+"""The `local` provider: a real control plane and the upstream controllers as local processes.
+
+The cluster is a LocalCluster (pinned etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+KWOK) with a CPU pool and one pool per accelerator the golden runtimes ask for, labelled and tainted
+the way those runtimes select and tolerate. After `helm install` has created the chart's objects,
+and while it waits for them, the chart's controllers start as local processes (see
+hostcontrollers): that step rewrites the webhook Services and configurations so the API server can
+reach them, and says so in its result. Pods never run: KWOK completes (or fails) them.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from ... import paths, progress, tools
+from ... import lock as lockmod
+from ...cluster.local import GPU_RESOURCE, PORT_NAMES, LocalCluster, NodePool, pid_alive, stop_pids
+from ...errors import UserError
+from .. import suite as suitemod
+from ..hostcontrollers import CONTROLLER_IMAGES, HostControllers
+from . import Provider
+
+STATE = "kept.json"
+
+
+def state_file() -> Path:
+    return paths.cache_dir() / "e2e" / STATE
+
+
+def pools_for(runtimes: list[dict[str, Any]]) -> list[NodePool]:
+    """A CPU pool plus, per accelerator resource the runtimes request, a pool those runtimes select and tolerate."""
+    pools = [NodePool("cpu", count=2)]
+    wanted: dict[str, list[dict[str, Any]]] = {}
+    for runtime in runtimes:
+        for resource in suitemod.accelerators(runtime):
+            wanted.setdefault(resource, []).append(runtime)
+    wanted.setdefault(GPU_RESOURCE, [])
+    for resource, users in sorted(wanted.items()):
+        labels: dict[str, str] = {}
+        taints: list[dict[str, str]] = []
+        for runtime in users:
+            labels.update(suitemod.node_selector(runtime))
+            for tol in suitemod.tolerations(runtime):
+                if tol.get("key") and tol.get("effect", "NoSchedule") in ("NoSchedule", ""):
+                    taint = {"key": tol["key"], "value": tol.get("value") or "present", "effect": "NoSchedule"}
+                    if taint not in taints:
+                        taints.append(taint)
+        if not users:
+            labels = {"nvidia.com/gpu.present": "true"}
+        if not taints:  # the usual GPU taint: a runtime that does not tolerate it will not schedule (and we see it)
+            taints = [{"key": resource, "value": "present", "effect": "NoSchedule"}]
+        name = "gpu" if resource == GPU_RESOURCE else resource.split(".")[0].split("/")[0] + "-gpu"
+        pools.append(NodePool(name, count=2, extended={resource: "8"}, labels=labels, taints=tuple(taints)))
+    return pools
+
+
+def controller_binaries(rendered: list[dict[str, Any]], lock: lockmod.Lock) -> list[str]:
+    """Pinned controller binaries for the Deployments the chart renders (matched by image)."""
+    images = {name: lock.image(name).repository for name in CONTROLLER_IMAGES}
+    found = []
+    for obj in rendered:
+        if obj.get("kind") != "Deployment":
+            continue
+        for container in obj["spec"]["template"]["spec"].get("containers", []):
+            repo = container.get("image", "").split("@")[0].rsplit(":", 1)[0]
+            found += [name for name, r in images.items() if repo.endswith(r) and name not in found]
+    return found
+
+
+class LocalProvider(Provider):
+    name = "local"
+    can_fail_pods = True
+    job_timeout = 120.0
+
+    def __init__(self, run_dir: Path, lock: lockmod.Lock | None = None, port_base: int | None = None,
+                 controller_args: dict[str, list[str]] | None = None, reason: str = "") -> None:
+        self.run_dir = run_dir
+        self.lock = lock or lockmod.load()
+        self.port_base = port_base
+        self.controller_args = controller_args or {}
+        self.reason = reason or "no Docker needed: a real control plane from the pinned binaries, KWOK nodes"
+        self.cluster: LocalCluster | None = None
+        self.controllers: HostControllers | None = None
+
+    def up(self, suite: Any) -> LocalCluster:
+        for binary in controller_binaries(suite.rendered, self.lock):  # a missing one fails before anything starts
+            tools.require(binary, self.lock)
+        pools = pools_for(suitemod.golden_runtimes(suite.rendered))
+        self.cluster = LocalCluster(name=f"trainstack-e2e-{self.run_dir.name[-6:]}", workdir=self.run_dir / "kwok",
+                                    pools=pools, port_base=self.port_base,
+                                    cert_sans=(f"*.{suitemod.NAMESPACE}.svc",),
+                                    host_namespaces=(suitemod.NAMESPACE,), lock=self.lock)
+        self._save_state()
+        self.cluster.start()
+        self.kubeconfig = self.cluster.kubeconfig
+        self._save_state()
+        return self.cluster
+
+    def describe(self) -> str:
+        assert self.cluster is not None
+        pools = ", ".join(f"{p.name}: {p.count} nodes"
+                          + (f" {','.join(f'{k}={v}' for k, v in p.extended.items())}" if p.extended else "")
+                          + (f" labels {p.labels}" if p.labels else "")
+                          + (f" taints {[t['key'] + ':' + t['effect'] for t in p.taints]}" if p.taints else "")
+                          for p in self.cluster.pools)
+        return f"kube-apiserver {self.cluster.server()}; {pools}"
+
+    def while_installing(self, suite: Any, proc: subprocess.Popen) -> str:
+        assert self.cluster is not None
+        wanted = {(o["kind"], o["metadata"]["name"]) for o in suite.rendered
+                  if o.get("kind") in ("Deployment", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")}
+        deadline = time.monotonic() + 120
+        while True:  # helm creates every object, then waits: start the controllers once they exist
+            if proc.poll() is not None:
+                return ""
+            have = set()
+            for kind in ("deployments", "mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+                args = ["get", kind, "-o", "json"] + (["-n", suitemod.NAMESPACE] if kind == "deployments" else [])
+                result = self.cluster.kubectl(*args, check=False)
+                if result.returncode == 0:
+                    for item in json.loads(result.stdout)["items"]:
+                        have.add((item["kind"], item["metadata"]["name"]))
+            if wanted <= have:
+                break
+            if time.monotonic() > deadline:
+                raise UserError(f"helm install has not created {sorted(wanted - have)} within 120s")
+            time.sleep(0.3)
+        base = None if self.port_base is None else self.port_base + len(PORT_NAMES)
+        self.controllers = HostControllers(self.cluster, suitemod.NAMESPACE, self.run_dir / "controllers",
+                                           port_base=base, extra_args=self.controller_args)
+        self.controllers.prepare()
+        changed = self.controllers.point_webhooks_here()
+        self.controllers.start()
+        self._save_state()
+        last = [0.0]
+
+        def waiting(names: list[str]) -> None:
+            if time.monotonic() - last[0] > 5:
+                progress.info(f"  waiting for local controllers: {', '.join(names)}")
+                last[0] = time.monotonic()
+
+        self.controllers.wait_ready(timeout=90, on_wait=waiting)
+        self.controllers.start_kubelet()
+        running = ", ".join(f"{c.deployment} ({c.binary_name}, pid {c.pid}, webhook 127.0.0.1:{c.webhook_port})"
+                            for c in self.controllers.controllers)
+        services = sum(1 for c in changed if c.startswith("service/"))
+        return (f"adapted for local controllers: {services} webhook Service(s) -> ExternalName 127.0.0.1, "
+                f"{len(changed) - services} webhook configuration(s) -> local port + CA bundle; running {running}")
+
+    def after_uninstall(self, suite: Any) -> None:
+        if self.controllers is not None:
+            self.controllers.stop()
+
+    def logs(self) -> dict[str, Path]:
+        out: dict[str, Path] = {}
+        if self.cluster is not None and self.cluster.logs_dir.is_dir():
+            out.update({p.stem: p for p in self.cluster.logs_dir.glob("*.log")})
+        if self.controllers is not None:
+            out.update(self.controllers.logs())
+        return out
+
+    def pids(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        if self.cluster is not None:
+            out.update(self.cluster.pids())
+        if self.controllers is not None:
+            out.update(self.controllers.pids())
+        return out
+
+    def _save_state(self) -> None:
+        if self.cluster is None:
+            return
+        path = state_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        state = {"cluster": self.cluster.name, "workdir": str(self.cluster.workdir), "run_dir": str(self.run_dir),
+                 "kubeconfig": str(self.cluster.kubeconfig), "controllers": self.controllers.pids() if self.controllers else {},
+                 "kept": False}
+        path.write_text(json.dumps(state, indent=2))
+
+    def down(self, keep: bool) -> str:
+        if keep and self.cluster is not None:
+            self._save_state()
+            state = json.loads(state_file().read_text())
+            state["kept"] = True
+            state_file().write_text(json.dumps(state, indent=2))
+            return (f"kept: export KUBECONFIG={self.cluster.kubeconfig}; kubectl get nodes,trainjobs -A; "
+                    f"delete it with 'trainstack e2e down'")
+        pids = self.pids()
+        if self.controllers is not None:
+            self.controllers.stop()
+        if self.cluster is not None:
+            self.cluster.stop(remove=False)
+        stop_pids(list(pids.values()))
+        left = [f"{name} (pid {pid})" for name, pid in pids.items() if pid_alive(pid)]
+        try:
+            state_file().unlink()
+        except FileNotFoundError:
+            pass
+        if left:
+            raise UserError(f"processes still running after teardown: {', '.join(left)}")
+        return f"stopped {len(pids)} processes"
+
+
+def down_kept() -> str:
+    """`trainstack e2e down`: stop what a `--keep` run (or an interrupted one) left, by its recorded pids."""
+    path = state_file()
+    if not path.is_file():
+        return "nothing to stop: no local e2e cluster is recorded"
+    state = json.loads(path.read_text())
+    cluster = LocalCluster(name=state["cluster"], workdir=Path(state["workdir"]))
+    cluster.started = True
+    pids = list(cluster.pids().values()) + [int(p) for p in state.get("controllers", {}).values()]
+    stop_pids([int(p) for p in state.get("controllers", {}).values()])
+    cluster.stop(remove=False)
+    stop_pids(pids)
+    left = [p for p in pids if pid_alive(p)]
+    if left:
+        raise UserError(f"could not stop pids {left} of local cluster {state['cluster']}")
+    import shutil
+
+    shutil.rmtree(state.get("run_dir") or state["workdir"], ignore_errors=True)
+    path.unlink()
+    return f"stopped local cluster {state['cluster']} ({len(pids)} processes) and removed {state.get('run_dir')}"

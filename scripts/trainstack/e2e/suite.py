@@ -1,0 +1,576 @@
+"""What `trainstack e2e` checks, whatever brought the cluster (local, kind or existing).
+
+The suite installs the umbrella chart the way a user does (pinned helm, the environment's
+values), waits for CRDs, controllers and webhooks, checks that the golden runtimes and policies
+the chart rendered are in the cluster, submits one smoke TrainJob per golden runtime and waits for
+each to be Complete, checks what users rely on (the JobSet and Jobs, the injected PET_/JAX_/DMLC_/
+OMPI_ environment, pod placement), that the image policy acts on a `:latest` image, that a failing
+pod ends its TrainJob Failed, and that CRDs and TrainJobs survive `helm uninstall`.
+Each step is timed and recorded; the first failure stops the run.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import helm, paths, progress, tools
+from .. import lock as lockmod
+from ..cluster.local import FAIL_LABEL
+from ..errors import UserError
+
+RELEASE = "trainstack"
+NAMESPACE = "kubeflow-system"
+SMOKE_NS = "trainstack-e2e"
+PART_OF = ("app.kubernetes.io/part-of", "trainstack")
+FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
+GROUP = "trainer.kubeflow.org"
+SMOKE_NODES = 2
+MASTER_PORT = "29500"
+
+
+class SuiteFailure(UserError):
+    """A check failed: the message says which and why."""
+
+
+@dataclass
+class Step:
+    name: str
+    result: str = "not run"  # pass | FAIL | skip | not run
+    seconds: float = 0.0
+    detail: str = ""
+
+
+@dataclass
+class SmokeJob:
+    """One smoke TrainJob: which runtime, what it should look like in the cluster."""
+
+    name: str
+    runtime: dict[str, Any]
+    num_nodes: int = SMOKE_NODES
+    expect: str = "Complete"
+
+    @property
+    def runtime_name(self) -> str:
+        return self.runtime["metadata"]["name"]
+
+    @property
+    def runtime_kind(self) -> str:
+        return self.runtime.get("kind", "ClusterTrainingRuntime")
+
+    def manifest(self, namespace: str) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{GROUP}/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": self.name, "namespace": namespace, "labels": {"trainstack.io/e2e": "smoke"}},
+            "spec": {
+                "runtimeRef": {"name": self.runtime_name, "kind": self.runtime_kind, "apiGroup": GROUP},
+                "trainer": {"numNodes": self.num_nodes,
+                            "command": ["python", "-c", "import os; print('trainstack smoke', os.environ.get('HOSTNAME'))"]},
+            },
+        }
+
+
+# -- facts about runtimes ---------------------------------------------------------------------
+
+def pod_specs(runtime: dict[str, Any]) -> list[dict[str, Any]]:
+    jobs = (((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
+    return [(((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {} for rj in jobs]
+
+
+def accelerators(runtime: dict[str, Any]) -> set[str]:
+    """Extended resources with 'gpu' in their name that the runtime's containers ask for."""
+    found = set()
+    for spec in pod_specs(runtime):
+        for container in spec.get("containers", []) + spec.get("initContainers", []):
+            res = container.get("resources") or {}
+            for section in ("limits", "requests"):
+                found |= {k for k in (res.get(section) or {}) if "gpu" in k}
+    return found
+
+
+def node_selector(runtime: dict[str, Any]) -> dict[str, str]:
+    """nodeSelector labels plus the first value of required node-affinity `In` terms."""
+    labels: dict[str, str] = {}
+    for spec in pod_specs(runtime):
+        labels.update(spec.get("nodeSelector") or {})
+        terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                  .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+        for term in terms[:1]:
+            for expr in term.get("matchExpressions") or []:
+                if expr.get("operator") == "In" and expr.get("values"):
+                    labels.setdefault(expr["key"], expr["values"][0])
+    return labels
+
+
+def tolerations(runtime: dict[str, Any]) -> list[dict[str, Any]]:
+    return [t for spec in pod_specs(runtime) for t in spec.get("tolerations") or []]
+
+
+def ml_policies(runtime: dict[str, Any]) -> set[str]:
+    return {k for k in ((runtime.get("spec") or {}).get("mlPolicy") or {}) if k != "numNodes"}
+
+
+def job_name(runtime_name: str) -> str:
+    """torch-distributed-gpu -> torch-gpu: short names keep pod and Service names well under 63 characters."""
+    name = runtime_name.replace("-distributed", "")
+    return name[:40].rstrip("-") or "smoke"
+
+
+def expected_env(job: SmokeJob) -> dict[str, str | None]:
+    """Env var -> expected value (None: must be present) the controller injects for this runtime's mlPolicy."""
+    tj, policies = job.name, ml_policies(job.runtime)
+    if "torch" in policies:
+        return {"PET_NNODES": str(job.num_nodes), "PET_NPROC_PER_NODE": None, "PET_NODE_RANK": None,
+                "PET_MASTER_ADDR": f"{tj}-node-0-0.{tj}", "PET_MASTER_PORT": MASTER_PORT}
+    if "jax" in policies:
+        return {"JAX_NUM_PROCESSES": None, "JAX_PROCESS_ID": None, "JAX_COORDINATOR_ADDRESS": None}
+    if "xgboost" in policies:
+        return {"DMLC_TRACKER_URI": f"{tj}-node-0-0.{tj}", "DMLC_TRACKER_PORT": MASTER_PORT, "DMLC_TASK_ID": None,
+                "DMLC_NUM_WORKER": None}
+    if "mpi" in policies:
+        return {"OMPI_MCA_orte_default_hostfile": None, "OMPI_MCA_plm_rsh_args": None,
+                "OMPI_MCA_orte_keep_fqdn_hostnames": None, "OMPI_MCA_orte_set_default_slots": None}
+    return {}
+
+
+def render(env: str, lock: lockmod.Lock, include_crds: bool = True) -> list[dict[str, Any]]:
+    """What `helm install` will create: `helm template` with the same chart, release, namespace and values."""
+    from .. import deps
+
+    deps.ensure(lock)
+    args = ["template", RELEASE, str(paths.chart_dir()), "--namespace", NAMESPACE, "-f", str(values_file(env))]
+    if include_crds:
+        args.append("--include-crds")
+    result = helm.run(args, lock=lock)
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRDs are megabytes: libyaml when present
+    return [d for d in yaml.load_all(result.stdout, Loader=loader) if isinstance(d, dict) and d]
+
+
+def values_file(env: str) -> Path:
+    from .. import render as rendermod
+
+    path = rendermod.overlay_dir(env) / "values.yaml"
+    if not path.is_file():
+        raise UserError(f"{path} not found", f"environment '{env}' needs a values.yaml for helm install", exit_code=2)
+    return path
+
+
+def golden_runtimes(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    key, value = PART_OF
+    return [o for o in objects if o.get("kind") == "ClusterTrainingRuntime"
+            and (o.get("metadata", {}).get("labels") or {}).get(key) == value]
+
+
+def is_gpu(runtime: dict[str, Any]) -> bool:
+    return bool(accelerators(runtime))
+
+
+class Suite:
+    """Runs the steps in order against whatever `provider` brings; records a Step for each."""
+
+    def __init__(self, provider: Any, env: str, run_dir: Path, lock: lockmod.Lock | None = None,
+                 keep: bool = False, log: Callable[[str], None] | None = None) -> None:
+        self.provider = provider
+        self.env = env
+        self.run_dir = run_dir
+        self.lock = lock or lockmod.load()
+        self.keep = keep
+        self.log = log or progress.info
+        self.steps: list[Step] = []
+        self.kube: Any = None
+        self.rendered: list[dict[str, Any]] = []
+        self.jobs: list[SmokeJob] = []
+        self.failed_job: SmokeJob | None = None
+        self.installed = False
+
+    # -- bookkeeping ------------------------------------------------------------------------
+    def step(self, name: str, fn: Callable[[], str | None]) -> None:
+        step = Step(name)
+        self.steps.append(step)
+        start = time.monotonic()
+        try:
+            with progress.step(name):
+                step.detail = fn() or ""
+            step.result = "skip" if step.detail.startswith("skipped") else "pass"
+        except UserError as err:
+            step.result, step.detail = "FAIL", err.message
+            raise
+        except subprocess.TimeoutExpired as err:
+            step.result, step.detail = "FAIL", f"timed out: {err.cmd[:3] if isinstance(err.cmd, list) else err.cmd}"
+            raise SuiteFailure(f"{name}: {step.detail}") from None
+        finally:
+            step.seconds = time.monotonic() - start
+
+    def plan(self) -> list[tuple[str, Callable[[], str | None]]]:
+        return [
+            ("render the chart", self.render_chart),
+            (f"cluster ({self.provider.name})", self.cluster_up),
+            ("helm install", self.install),
+            ("CRDs established", self.crds_established),
+            ("controllers and webhooks ready", self.controllers_ready),
+            ("golden runtimes installed", self.runtimes_installed),
+            ("policies installed", self.policies_installed),
+            ("smoke TrainJobs Complete", self.smoke_jobs),
+            ("JobSets and Jobs created", self.check_jobsets),
+            ("framework env injected", self.check_env),
+            ("pod placement", self.check_placement),
+            ("image policy on ':latest'", self.check_policy),
+            ("failing pod ends TrainJob Failed", self.check_failure),
+            ("helm uninstall keeps CRDs and TrainJobs", self.uninstall),
+        ]
+
+    def run(self) -> None:
+        """All steps; raises SuiteFailure (after marking the rest 'not run') at the first failure."""
+        planned = self.plan()
+        for i, (name, fn) in enumerate(planned):
+            try:
+                self.step(name, fn)
+            except UserError as err:
+                self.steps += [Step(n) for n, _ in planned[i + 1:]]
+                raise SuiteFailure(f"{name}: {err.message}", err.hint) from None
+
+    # -- steps ------------------------------------------------------------------------------
+    def render_chart(self) -> str:
+        self.rendered = render(self.env, self.lock)
+        runtimes = golden_runtimes(self.rendered)
+        if not runtimes:
+            raise SuiteFailure(f"the chart renders no ClusterTrainingRuntime labelled "
+                               f"{PART_OF[0]}={PART_OF[1]} for env {self.env}")
+        return f"{len(self.rendered)} objects, runtimes: {', '.join(r['metadata']['name'] for r in runtimes)}"
+
+    def cluster_up(self) -> str:
+        self.kube = self.provider.up(self)
+        return self.provider.describe()
+
+    def helm_cmd(self, *args: str) -> list[str]:
+        return [str(tools.require("helm", self.lock)), *args, "--kubeconfig", str(self.provider.kubeconfig),
+                *(["--kube-context", self.provider.context] if getattr(self.provider, "context", None) else [])]
+
+    def install(self) -> str:
+        cmd = self.helm_cmd("install", RELEASE, str(paths.chart_dir()), "-n", NAMESPACE, "--create-namespace",
+                            "-f", str(values_file(self.env)), "--wait", "--timeout", "180s")
+        log_path = self.run_dir / "helm-install.log"
+        with log_path.open("w") as sink:
+            sink.write("$ " + " ".join(cmd) + "\n")
+            sink.flush()
+            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=helm.env(self.lock))
+            try:
+                notes = self.provider.while_installing(self, proc) or ""
+                rc = proc.wait(timeout=240)
+            except BaseException:
+                proc.kill()
+                proc.wait()
+                raise
+        self.installed = rc == 0 or self.installed
+        if rc != 0:
+            raise SuiteFailure(f"helm install failed: {helm.first_error_line(log_path.read_text())}",
+                               f"log: {log_path}")
+        self.installed = True
+        return " ".join(cmd[1:9]) + (f"; {notes}" if notes else "")
+
+    def crds_established(self) -> str:
+        names = [o["metadata"]["name"] for o in self.rendered if o.get("kind") == "CustomResourceDefinition"]
+        self.kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
+                          *[f"crd/{n}" for n in names], timeout=90)
+        return f"{len(names)} CRDs"
+
+    def controllers_ready(self) -> str:
+        self.kube.kubectl("wait", "--for=condition=Available", "--timeout=90s", "deployment", "--all",
+                          "-n", NAMESPACE, timeout=120)
+        # A server-side dry run passes the TrainJob through the mutating and validating webhooks.
+        probe = SmokeJob("webhook-probe", golden_runtimes(self.rendered)[0]).manifest(NAMESPACE)
+        deadline = time.monotonic() + 30
+        while True:
+            result = self.kube.kubectl("create", "--dry-run=server", "-f", "-", input_text=yaml.safe_dump(probe),
+                                       check=False)
+            if result.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise SuiteFailure(f"webhooks do not answer a dry-run TrainJob: {last_line(result.stderr)}")
+            time.sleep(0.5)
+        deploys = self.kube.kubectl_json("get", "deployments", "-n", NAMESPACE)["items"]
+        return f"{len(deploys)} Deployments Available; TrainJob dry run admitted by the webhooks"
+
+    def runtimes_installed(self) -> str:
+        wanted = {r["metadata"]["name"]: r for r in golden_runtimes(self.rendered)}
+        selector = f"{PART_OF[0]}={PART_OF[1]}"
+        items = self.kube.kubectl_json("get", "clustertrainingruntimes", "-l", selector)["items"]
+        have = {r["metadata"]["name"]: r for r in items}
+        missing = sorted(set(wanted) - set(have))
+        if missing:
+            raise SuiteFailure(f"golden runtimes rendered by the chart are not in the cluster: {', '.join(missing)}")
+        unlabelled = sorted(n for n, r in have.items() if not (r["metadata"].get("labels") or {}).get(FRAMEWORK_LABEL))
+        if unlabelled:
+            raise SuiteFailure(f"runtimes without the {FRAMEWORK_LABEL} label: {', '.join(unlabelled)}")
+        return ", ".join(sorted(have))
+
+    def policies_installed(self) -> str:
+        kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+        rendered = [(o["kind"], o["metadata"]["name"]) for o in self.rendered if o.get("kind") in kinds]
+        if not rendered:
+            return "skipped: the chart renders no ValidatingAdmissionPolicy for this env"
+        have = set()
+        for kind in kinds:
+            for item in self.kube.kubectl_json("get", kind.lower() + "s")["items"]:
+                have.add((kind, item["metadata"]["name"]))
+        missing = [f"{k}/{n}" for k, n in rendered if (k, n) not in have]
+        if missing:
+            raise SuiteFailure(f"rendered policies are not in the cluster: {', '.join(missing)}")
+        return f"{sum(1 for k, _ in rendered if k == kinds[0])} policies, " \
+               f"{sum(1 for k, _ in rendered if k == kinds[1])} bindings"
+
+    def smoke_jobs(self) -> str:
+        self.kube.kubectl("create", "namespace", SMOKE_NS, check=False)
+        runtimes = [r for r in golden_runtimes(self.rendered)]
+        self.jobs = [SmokeJob(job_name(r["metadata"]["name"]), r) for r in runtimes]
+        skipped = self.provider.unsupported(self.jobs)
+        self.jobs = [j for j in self.jobs if j.name not in skipped]
+        self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all([j.manifest(SMOKE_NS) for j in self.jobs]))
+        self.wait_trainjobs({j.name: "Complete" for j in self.jobs}, timeout=self.provider.job_timeout)
+        note = f"; skipped: {', '.join(f'{k} ({v})' for k, v in skipped.items())}" if skipped else ""
+        return f"{len(self.jobs)} TrainJobs Complete: {', '.join(j.name for j in self.jobs)}{note}"
+
+    def wait_trainjobs(self, expected: dict[str, str], timeout: float) -> dict[str, dict]:
+        """Until each named TrainJob has its expected terminal condition; fails on the other one or on timeout."""
+        deadline = time.monotonic() + timeout
+        last_report = time.monotonic()
+        while True:
+            items = {t["metadata"]["name"]: t for t in self.kube.kubectl_json("get", "trainjobs", "-n", SMOKE_NS)["items"]}
+            states = {name: terminal_state(items.get(name)) for name in expected}
+            for name, (state, message) in states.items():
+                if state and state != expected[name]:
+                    raise SuiteFailure(f"TrainJob {SMOKE_NS}/{name} ended {state}, expected {expected[name]}: {message}")
+            if all(states[n][0] == want for n, want in expected.items()):
+                return items
+            if time.monotonic() > deadline:
+                late = [n for n, want in expected.items() if states[n][0] != want]
+                raise SuiteFailure(f"TrainJobs not {'/'.join(sorted(set(expected.values())))} within {timeout:.0f}s: "
+                                   + ", ".join(f"{n} ({self.why_pending(n)})" for n in late))
+            if time.monotonic() - last_report > 5:
+                done = sum(1 for n, want in expected.items() if states[n][0] == want)
+                self.log(f"  waiting: {done}/{len(expected)} TrainJobs done")
+                last_report = time.monotonic()
+            time.sleep(0.5)
+
+    def why_pending(self, name: str) -> str:
+        pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")
+        if not pods["items"]:
+            jobsets = self.kube.kubectl("get", "jobset", name, "-n", SMOKE_NS, check=False)
+            return "no pods" + ("" if jobsets.returncode == 0 else ", no JobSet")
+        phases: dict[str, int] = {}
+        for pod in pods["items"]:
+            phase = pod.get("status", {}).get("phase", "?")
+            for cond in pod.get("status", {}).get("conditions", []):
+                if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                    phase = f"Unschedulable: {cond.get('message', '')[:120]}"
+            phases[phase] = phases.get(phase, 0) + 1
+        return ", ".join(f"{n} pod(s) {p}" for p, n in phases.items())
+
+    def _objects(self, kind: str, name: str) -> list[dict[str, Any]]:
+        return self.kube.kubectl_json("get", kind, "-n", SMOKE_NS, "-l",
+                                      f"jobset.sigs.k8s.io/jobset-name={name}")["items"]
+
+    def check_jobsets(self) -> str:
+        jobsets = {j["metadata"]["name"]: j for j in self.kube.kubectl_json("get", "jobsets", "-n", SMOKE_NS)["items"]}
+        jobs = self.kube.kubectl_json("get", "jobs", "-n", SMOKE_NS)["items"]
+        total = 0
+        for job in self.jobs:
+            jobset = jobsets.get(job.name)
+            if jobset is None:
+                raise SuiteFailure(f"TrainJob {job.name}: no JobSet {SMOKE_NS}/{job.name}")
+            owners = [o for o in jobset["metadata"].get("ownerReferences", []) if o.get("kind") == "TrainJob"]
+            if not owners or owners[0].get("name") != job.name or not owners[0].get("controller"):
+                raise SuiteFailure(f"JobSet {job.name} is not controlled by TrainJob {job.name}")
+            mine = [j for j in jobs if (j["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name]
+            wanted = {rj["name"] for rj in jobset["spec"]["replicatedJobs"]}
+            got = {(j["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name") for j in mine}
+            if wanted - got:
+                raise SuiteFailure(f"JobSet {job.name}: no Job for replicatedJob(s) {', '.join(sorted(wanted - got))}")
+            total += len(mine)
+        return f"{len(self.jobs)} JobSets owned by their TrainJobs, {total} Jobs"
+
+    def check_env(self) -> str:
+        pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS)["items"]
+        checked = 0
+        for job in self.jobs:
+            want = expected_env(job)
+            if not want:
+                continue
+            mine = [p for p in pods if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name]
+            carriers = [p for p in mine if any(set(want) <= {e["name"] for e in c.get("env") or []}
+                                               for c in p["spec"]["containers"])]
+            if not carriers:
+                have = sorted({e["name"] for p in mine for c in p["spec"]["containers"] for e in c.get("env") or []})
+                raise SuiteFailure(f"TrainJob {job.name}: no pod has all of {', '.join(want)} (pods have: "
+                                   f"{', '.join(have) or 'no env'})")
+            for pod in carriers:
+                for container in pod["spec"]["containers"]:
+                    env = {e["name"]: e for e in container.get("env") or []}
+                    if not set(want) <= set(env):
+                        continue
+                    for var, value in want.items():
+                        if value is not None and env[var].get("value") != value:
+                            raise SuiteFailure(f"TrainJob {job.name}: pod {pod['metadata']['name']} has "
+                                               f"{var}={env[var].get('value')!r}, expected {value!r}")
+                    checked += 1
+            if "torch" in ml_policies(job.runtime) and len(carriers) != job.num_nodes:
+                raise SuiteFailure(f"TrainJob {job.name}: {len(carriers)} torch pods, expected {job.num_nodes}")
+            if "mpi" in ml_policies(job.runtime):
+                for kind, suffix in (("configmap", "-mpi-hostfile"), ("secret", "-mpi-ssh-auth")):
+                    if self.kube.kubectl("get", kind, job.name + suffix, "-n", SMOKE_NS, check=False).returncode:
+                        raise SuiteFailure(f"TrainJob {job.name}: no {kind} {job.name + suffix}")
+        return f"{checked} containers carry their framework's env"
+
+    def check_placement(self) -> str:
+        nodes = {n["metadata"]["name"]: n for n in self.kube.kubectl_json("get", "nodes")["items"]}
+        pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS)["items"]
+        counts = {"gpu": 0, "cpu": 0}
+        for job in self.jobs:
+            mine = [p for p in pods if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name]
+            wanted = accelerators(job.runtime)
+            selector = node_selector(job.runtime)
+            for pod in mine:
+                node = nodes.get(pod["spec"].get("nodeName") or "")
+                if node is None:
+                    raise SuiteFailure(f"TrainJob {job.name}: pod {pod['metadata']['name']} is not on a node")
+                capacity = node.get("status", {}).get("capacity") or {}
+                labels = node["metadata"].get("labels") or {}
+                gpu_node = any("gpu" in k and str(v) not in ("0", "") for k, v in capacity.items())
+                if wanted:
+                    if not all(r in capacity for r in wanted):
+                        raise SuiteFailure(f"TrainJob {job.name}: pod {pod['metadata']['name']} on "
+                                           f"{node['metadata']['name']}, which has no {', '.join(sorted(wanted))}")
+                    bad = {k: v for k, v in selector.items() if labels.get(k) != v}
+                    if bad:
+                        raise SuiteFailure(f"TrainJob {job.name}: pod on {node['metadata']['name']} lacks labels {bad}")
+                    counts["gpu"] += 1
+                else:
+                    if gpu_node and self.provider.name == "local":
+                        raise SuiteFailure(f"TrainJob {job.name} (CPU runtime): pod {pod['metadata']['name']} "
+                                           f"landed on GPU node {node['metadata']['name']}")
+                    counts["cpu"] += 1
+        return f"{counts['gpu']} GPU-runtime pods on GPU nodes, {counts['cpu']} CPU-runtime pods on CPU nodes"
+
+    def _image_policy_bindings(self) -> list[tuple[dict, dict]]:
+        policies = {o["metadata"]["name"]: o for o in self.rendered if o.get("kind") == "ValidatingAdmissionPolicy"}
+        out = []
+        for binding in (o for o in self.rendered if o.get("kind") == "ValidatingAdmissionPolicyBinding"):
+            policy = policies.get(binding["spec"].get("policyName", ""))
+            if policy is None:
+                continue
+            text = json.dumps(policy["spec"].get("validations", []))
+            if "latest" in text or "image" in policy["metadata"]["name"]:
+                out.append((policy, binding))
+        return out
+
+    def check_policy(self) -> str:
+        pairs = self._image_policy_bindings()
+        if not pairs:
+            return "skipped: no image policy rendered for this env"
+        policy, binding = pairs[0]
+        actions = binding["spec"].get("validationActions") or []
+        runtime = next(r for r in golden_runtimes(self.rendered) if not is_gpu(r))
+        image = None
+        for spec in pod_specs(runtime):
+            for container in spec.get("containers", []):
+                image = image or container.get("image")
+        repo = (image or "busybox").split("@")[0].rsplit(":", 1)[0] if ":" in (image or "").split("/")[-1] else (image or "busybox")
+        job = SmokeJob("latest-image", runtime, num_nodes=1).manifest(SMOKE_NS)
+        job["spec"]["trainer"]["image"] = f"{repo}:latest"
+        result = self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job), check=False)
+        name = policy["metadata"]["name"]
+        messages = [v.get("message") for v in policy["spec"].get("validations", []) if v.get("message")]
+        said = result.stderr
+        if "Deny" in actions:
+            if result.returncode == 0:
+                self.kube.kubectl("delete", "trainjob", "latest-image", "-n", SMOKE_NS, "--wait=false", check=False)
+                raise SuiteFailure(f"a TrainJob with image {repo}:latest was admitted, but policy {name} denies it")
+            if name not in said or (messages and not any(m in said for m in messages)):
+                raise SuiteFailure(f"the rejection does not carry policy {name}'s message: {last_line(said)}")
+            return f"rejected by {name}: {last_line(said)[:160]}"
+        if "Warn" in actions:
+            self.kube.kubectl("delete", "trainjob", "latest-image", "-n", SMOKE_NS, "--wait=false", check=False)
+            if result.returncode != 0:
+                raise SuiteFailure(f"policy {name} only warns here, but the TrainJob was rejected: {last_line(said)}")
+            if name not in said or "Warning" not in said:
+                raise SuiteFailure(f"no warning from policy {name} for image {repo}:latest (kubectl said: "
+                                   f"{last_line(said) or 'nothing'})")
+            return f"warned by {name} (env {self.env} warns, does not deny): {last_line(said)[:160]}"
+        return f"skipped: binding {binding['metadata']['name']} only audits ({', '.join(actions)})"
+
+    def failing_runtime(self) -> dict[str, Any]:
+        """A namespaced copy of the CPU torch runtime whose pods KWOK fails, with no Job retries."""
+        base = next((r for r in golden_runtimes(self.rendered) if "torch" in ml_policies(r) and not is_gpu(r)),
+                    golden_runtimes(self.rendered)[0])
+        spec = copy.deepcopy(base["spec"])
+        for rj in spec["template"]["spec"]["replicatedJobs"]:
+            job_spec = rj.setdefault("template", {}).setdefault("spec", {})
+            job_spec["backoffLimit"] = 0
+            meta = job_spec.setdefault("template", {}).setdefault("metadata", {})
+            meta.setdefault("labels", {})[FAIL_LABEL] = "true"
+        labels = {FRAMEWORK_LABEL: (base["metadata"].get("labels") or {}).get(FRAMEWORK_LABEL, "torch")}
+        return {"apiVersion": f"{GROUP}/v1alpha1", "kind": "TrainingRuntime",
+                "metadata": {"name": "fail-fast", "namespace": SMOKE_NS, "labels": labels}, "spec": spec}
+
+    def check_failure(self) -> str:
+        if not self.provider.can_fail_pods:
+            return f"skipped: {self.provider.name} cannot make pods fail on purpose"
+        runtime = self.failing_runtime()
+        self.kube.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(runtime))
+        job = SmokeJob("fails", runtime, num_nodes=1, expect="Failed")
+        self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job.manifest(SMOKE_NS)))
+        self.failed_job = job
+        items = self.wait_trainjobs({"fails": "Failed"}, timeout=90)
+        _, message = terminal_state(items["fails"])
+        return f"TrainJob fails ended Failed: {message[:160]}"
+
+    def uninstall(self) -> str:
+        before = {t["metadata"]["name"] for t in self.kube.kubectl_json("get", "trainjobs", "-n", SMOKE_NS)["items"]}
+        result = subprocess.run(self.helm_cmd("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "120s"),
+                                capture_output=True, text=True, env=helm.env(self.lock), timeout=180)
+        (self.run_dir / "helm-uninstall.log").write_text(result.stdout + result.stderr)
+        if result.returncode != 0:
+            raise SuiteFailure(f"helm uninstall failed: {helm.first_error_line(result.stderr or result.stdout)}")
+        self.installed = False
+        self.provider.after_uninstall(self)
+        crds = [o["metadata"]["name"] for o in self.rendered if o.get("kind") == "CustomResourceDefinition"]
+        have = {c["metadata"]["name"] for c in self.kube.kubectl_json("get", "crds")["items"]}
+        gone = [c for c in crds if c not in have and c.endswith(GROUP)]
+        if gone:
+            raise SuiteFailure(f"helm uninstall deleted CRDs: {', '.join(gone)}")
+        after = {t["metadata"]["name"] for t in self.kube.kubectl_json("get", "trainjobs", "-n", SMOKE_NS)["items"]}
+        if before - after:
+            raise SuiteFailure(f"TrainJobs gone after helm uninstall: {', '.join(sorted(before - after))}")
+        left = [d["metadata"]["name"] for d in self.kube.kubectl_json("get", "deployments", "-n", NAMESPACE)["items"]]
+        if left:
+            raise SuiteFailure(f"Deployments left after helm uninstall: {', '.join(left)}")
+        kept = sum(1 for c in crds if c in have)
+        return f"{kept} CRDs and {len(after)} TrainJobs kept; release objects removed"
+
+
+def terminal_state(trainjob: dict[str, Any] | None) -> tuple[str, str]:
+    """('Complete'|'Failed'|'', message) from a TrainJob's conditions."""
+    if not trainjob:
+        return "", ""
+    for cond in (trainjob.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return cond["type"], f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
+    return "", ""
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
+    return lines[-1][:400] if lines else ""
+
+
+def summary_rows(steps: list[Step]) -> list[tuple[str, str, str, str]]:
+    return [(s.name, s.result, f"{s.seconds:.1f}", s.detail[:120]) for s in steps]

@@ -1,0 +1,44 @@
+"""Runs the pinned helm (and kustomize) with state kept in the trainstack cache.
+
+HELM_CACHE_HOME/CONFIG/DATA point under the cache so a user's own helm repositories and
+plugins never change what trainstack renders.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from . import lock as lockmod
+from . import paths, tools
+from .errors import UserError
+
+
+def env(lock: lockmod.Lock | None = None) -> dict[str, str]:
+    environment = tools.bin_dir_env(lock)
+    home = paths.cache_dir() / "helm"
+    for key, sub in (("HELM_CACHE_HOME", "cache"), ("HELM_CONFIG_HOME", "config"), ("HELM_DATA_HOME", "data")):
+        environment[key] = str(home / sub)
+    environment.setdefault("HELM_REGISTRY_CONFIG", str(home / "config" / "registry.json"))
+    return environment
+
+
+def run(args: list[str], lock: lockmod.Lock | None = None, timeout: float | None = 300,
+        check: bool = True, binary: str = "helm", cwd: Path | None = None,
+        input_text: str | None = None) -> subprocess.CompletedProcess:
+    """Run pinned `binary` (helm, helm3 or kustomize); a failure becomes a UserError with helm's message."""
+    exe = tools.require(binary, lock)
+    result = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout,
+                            env=env(lock), cwd=cwd, input=input_text)
+    if check and result.returncode != 0:
+        raise UserError(f"{binary} {args[0]} failed: {first_error_line(result.stderr or result.stdout)}")
+    return result
+
+
+def first_error_line(text: str) -> str:
+    """The line of helm/kustomize output that says what went wrong."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    for line in lines:
+        if line.lower().startswith("error"):
+            return line
+    return lines[-1] if lines else "no output"

@@ -1,0 +1,238 @@
+"""Reads and checks trainstack.lock.yaml, the one place every external version is pinned.
+
+Callers ask for entries by name; a missing or malformed entry raises a UserError that names
+the lock file and the key, so a broken lock never surfaces as a KeyError traceback.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import paths
+from .errors import UserError
+
+FLOATING_TAGS = {"latest", "main", "master", "stable", "edge", "nightly"}
+SEMVER_TAG = re.compile(r"^v?\d+\.\d+\.\d+([-+].+)?$")
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A pinned CLI built from a Go module (one module can yield several binaries)."""
+
+    name: str
+    module: str
+    version: str
+    packages: dict[str, str]
+    ldflags: str = ""
+    version_args: tuple[str, ...] = ()
+    staging_replace: bool = False
+    optional: bool = False
+
+    @property
+    def minor(self) -> str:
+        return self.version.lstrip("v").split(".")[1]
+
+    def expanded_ldflags(self) -> str:
+        return self.ldflags.replace("{version}", self.version).replace("{minor}", self.minor)
+
+
+@dataclass(frozen=True)
+class ModuleSource:
+    """Upstream source at a release tag, fetched from the Go module proxy and verified."""
+
+    module: str
+    version: str
+    sum: str
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class ChartPin:
+    name: str
+    version: str
+    oci: str
+    source: ModuleSource
+
+
+@dataclass(frozen=True)
+class Image:
+    name: str
+    registry: str
+    repository: str
+    tag: str
+    digest: str = ""
+
+    def reference(self, registry: str | None = None) -> str:
+        host = registry or self.registry
+        ref = f"{host}/{self.repository}:{self.tag}"
+        return f"{ref}@{self.digest}" if self.digest else ref
+
+
+@dataclass
+class Lock:
+    path: Path
+    data: dict[str, Any] = field(repr=False)
+
+    # -- raw access -----------------------------------------------------------------------
+    def get(self, *keys: str) -> Any:
+        """Value at keys, or a UserError naming the missing key in the lock file."""
+        node: Any = self.data
+        walked: list[str] = []
+        for key in keys:
+            walked.append(key)
+            if not isinstance(node, dict) or key not in node:
+                raise UserError(
+                    f"{self.path}: missing lock entry '{'.'.join(walked)}'",
+                    "add it to the lock file; see the README section 'How versions are pinned'",
+                )
+            node = node[key]
+        return node
+
+    def _str(self, *keys: str) -> str:
+        value = self.get(*keys)
+        if not isinstance(value, str) or not value:
+            raise UserError(f"{self.path}: lock entry '{'.'.join(keys)}' must be a non-empty string")
+        return value
+
+    # -- typed views ----------------------------------------------------------------------
+    @property
+    def kubernetes_version(self) -> str:
+        return self._str("kubernetes", "version")
+
+    def tool(self, name: str) -> Tool:
+        entry = self.get("tools", name)
+        if not isinstance(entry, dict):
+            raise UserError(f"{self.path}: lock entry 'tools.{name}' must be a mapping")
+        packages = self.get("tools", name, "packages")
+        if not isinstance(packages, dict) or not packages:
+            raise UserError(f"{self.path}: lock entry 'tools.{name}.packages' must map binary names to Go packages")
+        return Tool(
+            name=name,
+            module=self._str("tools", name, "module"),
+            version=self._str("tools", name, "version"),
+            packages={str(k): str(v) for k, v in packages.items()},
+            ldflags=str(entry.get("ldflags", "")),
+            version_args=tuple(entry.get("versionArgs", ())),
+            staging_replace=bool(entry.get("stagingReplace", False)),
+            optional=bool(entry.get("optional", False)),
+        )
+
+    def tools(self) -> list[Tool]:
+        return [self.tool(name) for name in self.get("tools")]
+
+    def tool_for_binary(self, binary: str) -> Tool:
+        for tool in self.tools():
+            if binary in tool.packages:
+                return tool
+        raise UserError(f"{self.path}: no lock entry under 'tools' provides the binary '{binary}'")
+
+    def _source(self, keys: tuple[str, ...]) -> ModuleSource:
+        entry = self.get(*keys)
+        if not isinstance(entry, dict):
+            raise UserError(f"{self.path}: lock entry '{'.'.join(keys)}' must be a mapping")
+        return ModuleSource(
+            module=self._str(*keys, "module"),
+            version=self._str(*keys, "version"),
+            sum=self._str(*keys, "sum"),
+            path=str(entry.get("path", "")),
+        )
+
+    def chart(self, name: str) -> ChartPin:
+        return ChartPin(
+            name=name,
+            version=self._str("charts", name, "version"),
+            oci=self._str("charts", name, "oci"),
+            source=self._source(("charts", name, "source")),
+        )
+
+    def charts(self) -> list[ChartPin]:
+        return [self.chart(name) for name in self.get("charts")]
+
+    def source(self, name: str) -> ModuleSource:
+        return self._source(("sources", name))
+
+    def image(self, name: str) -> Image:
+        entry = self.get("images", name)
+        if not isinstance(entry, dict):
+            raise UserError(f"{self.path}: lock entry 'images.{name}' must be a mapping")
+        return Image(
+            name=name,
+            registry=self._str("images", name, "registry"),
+            repository=self._str("images", name, "repository"),
+            tag=self._str("images", name, "tag"),
+            digest=str(entry.get("digest") or ""),
+        )
+
+    def images(self) -> list[Image]:
+        return [self.image(name) for name in self.get("images")]
+
+    def kind_node_image(self) -> Image:
+        entry = self.get("kubernetes", "kindNodeImage")
+        return Image(name="kind-node", digest=str(entry.get("digest") or ""),
+                     registry=self._str("kubernetes", "kindNodeImage", "registry"),
+                     repository=self._str("kubernetes", "kindNodeImage", "repository"),
+                     tag=self._str("kubernetes", "kindNodeImage", "tag"))
+
+    # -- checks ---------------------------------------------------------------------------
+    def problems(self) -> list[str]:
+        """Everything wrong with the lock, as sentences (empty when it is sound)."""
+        found: list[str] = []
+
+        def check(fn):
+            try:
+                fn()
+            except UserError as err:
+                found.append(err.message)
+
+        check(lambda: self.kubernetes_version)
+        for section in ("tools", "charts", "images", "sources"):
+            try:
+                names = list(self.get(section))
+            except UserError as err:
+                found.append(err.message)
+                continue
+            for name in names:
+                loader = {"tools": self.tool, "charts": self.chart, "images": self.image,
+                          "sources": self.source}[section]
+                check(lambda n=name, f=loader: f(n))
+        try:
+            for tool in self.tools():
+                if not SEMVER_TAG.match(tool.version):
+                    found.append(f"{self.path}: tools.{tool.name}.version '{tool.version}' is not a release version")
+            for image in self.images():
+                if image.tag in FLOATING_TAGS or not image.tag:
+                    found.append(f"{self.path}: images.{image.name}.tag '{image.tag}' floats; pin a release tag")
+                if image.digest and not re.match(r"^sha256:[0-9a-f]{64}$", image.digest):
+                    found.append(f"{self.path}: images.{image.name}.digest must be sha256:<64 hex>")
+            for chart in self.charts():
+                if not chart.source.sum.startswith("h1:"):
+                    found.append(f"{self.path}: charts.{chart.name}.source.sum must be a Go h1: checksum")
+        except UserError as err:
+            found.append(err.message)
+        return found
+
+
+def load(path: Path | None = None) -> Lock:
+    """The lock at path (default: the repository's), parsed; raises UserError when unusable."""
+    return _load(Path(path) if path else paths.lock_path())
+
+
+@lru_cache(maxsize=8)
+def _load(path: Path) -> Lock:
+    if not path.is_file():
+        raise UserError(f"lock file {path} not found", "run from a trainstack checkout or set TRAINSTACK_LOCK")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UserError(f"{path}{where}: the lock file is not valid YAML") from None
+    if not isinstance(data, dict):
+        raise UserError(f"{path}: the lock file must be a YAML mapping")
+    return Lock(path=path, data=data)

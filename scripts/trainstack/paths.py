@@ -1,0 +1,42 @@
+"""Where things live: the repository root and the tool/build cache outside it.
+
+The cache defaults to ~/.cache/trainstack and is moved with TRAINSTACK_CACHE, so CI and
+users keep built tools across clones and a warm run skips every build.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+def repo_root() -> Path:
+    """The trainstack checkout: TRAINSTACK_ROOT, else the folder holding the lock file."""
+    env = os.environ.get("TRAINSTACK_ROOT")
+    if env:
+        return Path(env).resolve()
+    for candidate in [Path.cwd(), *Path.cwd().parents, PACKAGE_DIR.parent.parent]:
+        if (candidate / "trainstack.lock.yaml").is_file():
+            return candidate
+    return PACKAGE_DIR.parent.parent
+
+
+def cache_dir() -> Path:
+    """Root of the versioned tool and build cache (never inside the repository)."""
+    env = os.environ.get("TRAINSTACK_CACHE")
+    base = Path(env) if env else Path.home() / ".cache" / "trainstack"
+    return base.expanduser().resolve()
+
+
+def lock_path() -> Path:
+    return Path(os.environ.get("TRAINSTACK_LOCK", repo_root() / "trainstack.lock.yaml"))
+
+
+def chart_dir() -> Path:
+    return repo_root() / "charts" / "trainstack"
+
+
+def overlays_dir() -> Path:
+    return repo_root() / "overlays"

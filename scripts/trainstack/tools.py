@@ -1,0 +1,224 @@
+"""Installs the pinned CLIs (helm, kustomize, kube-apiserver, ...) into a versioned cache.
+
+Each tool is built from its Go module at the version in the lock, through a throw-away
+wrapper module (so modules whose go.mod carries replace directives, such as k8s.io/kubernetes
+and etcd, build too). A binary already on PATH is reused only when it reports the pinned
+version. A stamp file marks a finished build, so a second install does no work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import lock as lockmod
+from . import paths, progress
+from .errors import UserError
+
+STAMP = ".trainstack-tool.json"
+
+
+@dataclass
+class ToolStatus:
+    tool: str
+    binary: str
+    version: str
+    path: str
+    status: str  # installed | on PATH | missing
+
+
+def tool_dir(tool: lockmod.Tool) -> Path:
+    return paths.cache_dir() / "tools" / tool.name / tool.version
+
+
+def _stamp(tool: lockmod.Tool) -> dict | None:
+    stamp = tool_dir(tool) / STAMP
+    try:
+        data = json.loads(stamp.read_text())
+    except (OSError, ValueError):
+        return None
+    if data.get("module") != tool.module or data.get("version") != tool.version:
+        return None
+    if sorted(data.get("binaries", {})) != sorted(tool.packages):
+        return None
+    if not all(Path(p).is_file() for p in data["binaries"].values()):
+        return None
+    return data
+
+
+def _reports_version(binary: str, tool: lockmod.Tool) -> bool:
+    """True when `binary versionArgs` prints the pinned version (with or without a leading v)."""
+    if not tool.version_args:
+        return False
+    try:
+        out = subprocess.run([binary, *tool.version_args], capture_output=True, text=True, timeout=15)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    text = out.stdout + out.stderr
+    bare = re.escape(tool.version.lstrip("v"))
+    return re.search(rf"(?<![\w.])v?{bare}(?![\w.])", text) is not None
+
+
+def _on_path(binary: str, tool: lockmod.Tool) -> str | None:
+    found = shutil.which(binary)
+    if found and not Path(found).resolve().is_relative_to(paths.cache_dir()) and _reports_version(found, tool):
+        return found
+    return None
+
+
+def find(binary: str, lock: lockmod.Lock | None = None) -> Path | None:
+    """Path of the pinned `binary`, from the cache or PATH, or None when not installed."""
+    lock = lock or lockmod.load()
+    tool = lock.tool_for_binary(binary)
+    stamp = _stamp(tool)
+    if stamp:
+        return Path(stamp["binaries"][binary])
+    found = _on_path(binary, tool)
+    return Path(found) if found else None
+
+
+def require(binary: str, lock: lockmod.Lock | None = None) -> Path:
+    """Like find, but a missing tool is a UserError that says how to get it."""
+    found = find(binary, lock)
+    if found is None:
+        tool = (lock or lockmod.load()).tool_for_binary(binary)
+        raise UserError(
+            f"{binary} {tool.version} is not installed",
+            f"run 'trainstack tools install {tool.name}' (or 'make setup')",
+        )
+    return found
+
+
+def status(lock: lockmod.Lock | None = None) -> list[ToolStatus]:
+    lock = lock or lockmod.load()
+    rows = []
+    for tool in lock.tools():
+        stamp = _stamp(tool)
+        for binary in tool.packages:
+            if stamp:
+                rows.append(ToolStatus(tool.name, binary, tool.version, stamp["binaries"][binary], "installed"))
+                continue
+            found = _on_path(binary, tool)
+            rows.append(ToolStatus(tool.name, binary, tool.version, found or "-", "on PATH" if found else "missing"))
+    return rows
+
+
+def _go_env() -> dict[str, str]:
+    if not shutil.which("go"):
+        raise UserError("the Go toolchain is not on PATH", "install Go 1.26+ to build the pinned tools")
+    env = dict(os.environ)
+    env.update({"GOTOOLCHAIN": "local", "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"})
+    return env
+
+
+def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
+    with log.open("a") as sink:
+        sink.write(f"$ {' '.join(cmd)}\n")
+        sink.flush()
+        result = subprocess.run(cmd, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    if result.returncode != 0:
+        tail = log.read_text().strip().splitlines()[-3:]
+        raise UserError(
+            f"'{' '.join(cmd[:3])}' failed in {cwd}: {' | '.join(tail)}",
+            f"full log: {log}",
+        )
+
+
+def module_info(module: str, version: str, env: dict[str, str] | None = None) -> dict:
+    """`go mod download -json module@version`: fetched through the Go proxy, checksum-verified."""
+    env = env or _go_env()
+    out = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"],
+                         capture_output=True, text=True, env=env, cwd="/")
+    try:
+        info = json.loads(out.stdout)
+    except ValueError:
+        info = {"Error": (out.stderr or out.stdout).strip()}
+    if "Zip" not in info or not Path(info.get("Zip", "")).is_file():
+        raise UserError(f"cannot download Go module {module}@{version}: {info.get('Error', 'no zip')}",
+                        "check that the Go module proxy is reachable (go env GOPROXY)")
+    return info
+
+
+def _build(tool: lockmod.Tool) -> dict:
+    env = _go_env()
+    work = paths.cache_dir() / "build" / f"{tool.name}-{tool.version}"
+    work.mkdir(parents=True, exist_ok=True)
+    log = work / "build.log"
+    log.write_text("")
+    if not (work / "go.mod").exists():
+        _run(["go", "mod", "init", f"trainstack.local/build/{tool.name}"], work, env, log)
+    if tool.staging_replace:
+        info = module_info(tool.module, tool.version, env)
+        staging = re.findall(r"^\s*(\S+)\s+=>\s+\./staging/src/\S+", Path(info["GoMod"]).read_text(), re.M)
+        patch = f"v0.{tool.minor}.{tool.version.split('.')[2]}"
+        for module in staging:
+            _run(["go", "mod", "edit", f"-replace={module}={module}@{patch}"], work, env, log)
+    _run(["go", "get", *[f"{pkg}@{tool.version}" for pkg in tool.packages.values()]], work, env, log)
+    target = tool_dir(tool)
+    staging_bin = work / "out"
+    shutil.rmtree(staging_bin, ignore_errors=True)
+    staging_bin.mkdir()
+    ldflags = f"-s -w {tool.expanded_ldflags()}".strip()
+    for binary, package in tool.packages.items():
+        _run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(staging_bin / binary), package],
+             work, env, log)
+    (target / "bin").mkdir(parents=True, exist_ok=True)
+    binaries = {}
+    for binary in tool.packages:
+        dest = target / "bin" / binary
+        os.replace(staging_bin / binary, dest)
+        binaries[binary] = str(dest)
+    return binaries
+
+
+def install(names: list[str] | None = None, lock: lockmod.Lock | None = None,
+            include_optional: bool = True) -> list[tuple[str, str, str, float]]:
+    """Install the named tools (default: all). Returns (tool, version, action, seconds) rows."""
+    lock = lock or lockmod.load()
+    wanted = [lock.tool(n) for n in names] if names else [
+        t for t in lock.tools() if include_optional or not t.optional]
+    rows = []
+    for tool in wanted:
+        start = time.monotonic()
+        if _stamp(tool):
+            rows.append((tool.name, tool.version, "up to date", 0.0))
+            continue
+        reused = {b: _on_path(b, tool) for b in tool.packages}
+        if all(reused.values()):
+            _write_stamp(tool, {b: str(p) for b, p in reused.items()}, source="PATH")
+            rows.append((tool.name, tool.version, "reused from PATH", time.monotonic() - start))
+            continue
+        with progress.step(f"building {tool.name} {tool.version} ({', '.join(tool.packages)}) from {tool.module}"):
+            binaries = _build(tool)
+        _write_stamp(tool, binaries, source="go build")
+        rows.append((tool.name, tool.version, "built", time.monotonic() - start))
+    return rows
+
+
+def _write_stamp(tool: lockmod.Tool, binaries: dict[str, str], source: str) -> None:
+    target = tool_dir(tool)
+    target.mkdir(parents=True, exist_ok=True)
+    stamp = {"module": tool.module, "version": tool.version, "binaries": binaries, "source": source}
+    tmp = target / (STAMP + ".tmp")
+    tmp.write_text(json.dumps(stamp, indent=2, sort_keys=True))
+    os.replace(tmp, target / STAMP)
+
+
+def bin_dir_env(lock: lockmod.Lock | None = None) -> dict[str, str]:
+    """An environment whose PATH puts every installed pinned tool first (for helm/kustomize)."""
+    lock = lock or lockmod.load()
+    dirs = []
+    for row in status(lock):
+        if row.status != "missing":
+            d = str(Path(row.path).parent)
+            if d not in dirs:
+                dirs.append(d)
+    env = dict(os.environ)
+    env["PATH"] = os.pathsep.join([*dirs, env.get("PATH", "")])
+    return env

@@ -1,0 +1,520 @@
+"""Reading YAML and JSON manifests document by document, keeping line numbers.
+
+Files are split at `---` lines first (a document marker at column 0 always ends a document,
+even inside block scalars), so one broken document never hides the others. Each document is
+composed with libyaml (PyYAML's CParser) and built into plain Python values by a small
+constructor that resolves plain scalars the way kubectl's YAML decoder does (go-yaml v2:
+`y`/`n`/`on`/`off` are booleans, `12:30` stays a string, timestamps stay strings), reports
+duplicate keys, and keeps the node tree so a JSON pointer can be mapped back to a line.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml._yaml import CParser
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from yaml.resolver import BaseResolver
+
+SUFFIXES = (".yaml", ".yml", ".json")
+STDIN = "-"
+
+_PLAIN = "!plain"  # resolver result for untagged plain scalars: resolved later, with a cache
+_QUOTED = "tag:yaml.org,2002:str"
+_MAP = "tag:yaml.org,2002:map"
+_SEQ = "tag:yaml.org,2002:seq"
+_ALIAS_LIMIT = 10_000
+
+_MARKER = re.compile(r"^(---|\.\.\.)(?=[ \t\r]|$)", re.M)
+
+
+@dataclass
+class Problem:
+    """A parse-level finding: rule, message, JSON pointer (or ''), absolute 1-based line."""
+
+    rule: str
+    message: str
+    path: str
+    line: int
+    severity: str = "error"
+
+
+@dataclass
+class Document:
+    """One document of one file: its data, where it starts, and what parsing found."""
+
+    file: str
+    index: int
+    line: int
+    data: Any
+    node: Node | None = None
+    line_offset: int = 0
+    has_null: bool = False
+    problems: list[Problem] = field(default_factory=list)
+    prefix: str = ""  # JSON pointer of this object inside the parsed value (items of a v1 List)
+    text: str | None = None  # kept for JSON documents: composed as YAML only when a line is asked for
+
+    def line_of(self, pointer: str) -> int:
+        """The line of the field at JSON pointer `pointer` (the closest known ancestor)."""
+        pointer = self.prefix + pointer
+        if self.node is None and self.text is not None:
+            self.node, self.text = _compose_quietly(self.text), None
+        if self.node is None or not pointer:
+            return self.line
+        node: Node = self.node
+        line = node.start_mark.line
+        for part in _pointer_parts(pointer):
+            if isinstance(node, MappingNode):
+                for key, value in node.value:
+                    if isinstance(key, ScalarNode) and key.value == part:
+                        line = key.start_mark.line
+                        node = value
+                        break
+                else:
+                    break
+            elif isinstance(node, SequenceNode) and part.isdigit() and int(part) < len(node.value):
+                node = node.value[int(part)]
+                line = node.start_mark.line
+            else:
+                break
+        return line + self.line_offset + 1
+
+
+def _compose_quietly(text: str) -> Node | None:
+    composer = _Composer(text)
+    try:
+        return composer.get_node() if composer.check_node() else None
+    except Exception:  # noqa: BLE001 - lines are a nicety; a JSON text libyaml cannot read keeps line 1
+        return None
+    finally:
+        composer.dispose()
+
+
+def _pointer_parts(pointer: str) -> list[str]:
+    return [p.replace("~1", "/").replace("~0", "~") for p in pointer.split("/")[1:]]
+
+
+def pointer(parts: list | tuple) -> str:
+    """JSON pointer (RFC 6901) for a list of keys and indexes."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+# ----------------------------------------------------------------------------- scalars
+_YAML_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
+_OCTAL = re.compile(r"^[-+]?0[0-7]+$")
+_TIMESTAMP = re.compile(r"^\d{4}-\d{1,2}-\d{1,2}(([Tt]|[ \t]+)\d{1,2}:\d{2}:\d{2}(\.\d*)?"
+                        r"([ \t]*(Z|[-+]\d{1,2}(:?\d{2})?))?)?$")
+_BOOL = {v: True for v in ("y", "Y", "yes", "Yes", "YES", "true", "True", "TRUE", "on", "On", "ON")}
+_BOOL.update({v: False for v in ("n", "N", "no", "No", "NO", "false", "False", "FALSE", "off", "Off", "OFF")})
+_SPECIAL: dict[str, Any] = {"": None, "~": None, "null": None, "Null": None, "NULL": None,
+                            ".nan": math.nan, ".NaN": math.nan, ".NAN": math.nan,
+                            ".inf": math.inf, ".Inf": math.inf, ".INF": math.inf,
+                            "+.inf": math.inf, "+.Inf": math.inf, "+.INF": math.inf,
+                            "-.inf": -math.inf, "-.Inf": -math.inf, "-.INF": -math.inf}
+_SPECIAL.update(_BOOL)
+_INT64 = (-(2**63), 2**64 - 1)
+_cache: dict[str, Any] = {}
+
+
+def resolve_plain(value: str) -> Any:
+    """A plain (unquoted) scalar as go-yaml v2 resolves it (what `kubectl` sends)."""
+    try:
+        return _cache[value]
+    except KeyError:
+        pass
+    out = _resolve_plain(value)
+    if len(_cache) < 200_000:
+        _cache[value] = out
+    return out
+
+
+def _resolve_plain(value: str) -> Any:
+    if value in _SPECIAL:
+        return _SPECIAL[value]
+    first = value[0]
+    if first == "<" and value == "<<":
+        return value
+    if first == "." :
+        return float(value) if _YAML_FLOAT.match(value) else value
+    if not (first.isdigit() or first in "+-"):
+        return value
+    if _TIMESTAMP.match(value):
+        return value  # go-yaml makes a time; kubectl then writes it back as a string
+    plain = value.replace("_", "")
+    try:
+        if _OCTAL.match(plain):
+            number = int(plain, 8)
+        elif re.match(r"^[-+]?0[xXoObB]", plain) or re.match(r"^[-+]?\d+$", plain):
+            number = int(plain, 0) if not re.match(r"^[-+]?0\d", plain) else int(plain, 10)
+        else:
+            raise ValueError
+        if _INT64[0] <= number <= _INT64[1]:
+            return number
+    except ValueError:
+        pass
+    if _YAML_FLOAT.match(plain):
+        try:
+            return float(plain)
+        except ValueError:
+            pass
+    return value
+
+
+# ----------------------------------------------------------------------------- parsing
+class _Composer(CParser, BaseResolver):
+    """libyaml composer; scalar resolution is deferred to the builder (cached per value)."""
+
+    def __init__(self, stream: str) -> None:
+        CParser.__init__(self, stream)
+        BaseResolver.__init__(self)
+
+    def resolve(self, kind, value, implicit):  # noqa: D102 - PyYAML's resolver hook
+        if kind is ScalarNode:
+            return _PLAIN if implicit[0] else _QUOTED
+        return _MAP if kind is MappingNode else _SEQ
+
+
+
+class _Builder:
+    """Node tree -> plain values; notes duplicate keys, nulls and values JSON cannot carry."""
+
+    __slots__ = ("dup_nodes", "has_null", "bad", "memo", "alias_uses")
+
+    def __init__(self) -> None:
+        self.dup_nodes: list[MappingNode] = []
+        self.has_null = False
+        self.bad: list[tuple[Node, str]] = []
+        self.memo: dict[int, Any] = {}
+        self.alias_uses = 0
+
+    def build(self, node: Node) -> Any:
+        cls = node.__class__
+        if cls is ScalarNode:
+            tag = node.tag
+            if tag is _PLAIN:
+                value = resolve_plain(node.value)
+                if value is None:
+                    self.has_null = True
+                elif value.__class__ is float and (value != value or value in (math.inf, -math.inf)):
+                    self.bad.append((node, f"{node.value} cannot be represented in JSON"))
+                return value
+            if tag == _QUOTED:
+                return node.value
+            return self._tagged(node)
+        key = id(node)
+        if key in self.memo:
+            self.alias_uses += 1
+            if self.alias_uses > _ALIAS_LIMIT:
+                raise _TooManyAliases()
+            return self.memo[key]
+        if cls is MappingNode:
+            out: dict[str, Any] = {}
+            self.memo[key] = out
+            merge = None
+            build = self.build
+            for k, v in node.value:
+                if k.__class__ is ScalarNode:
+                    if k.tag is _PLAIN:
+                        if k.value == "<<":
+                            merge = (merge or []) + [v]
+                            continue
+                        name = resolve_plain(k.value)
+                        if name.__class__ is not str:
+                            name = _key_string(name)
+                    elif k.tag == _QUOTED:
+                        name = k.value
+                    else:
+                        name = _key_string(self._tagged(k))
+                else:
+                    self.bad.append((k, "a mapping key must be a string, not a collection"))
+                    continue
+                out[name] = build(v)
+            if len(out) != len(node.value):
+                if merge is None or len(out) + len(merge) != len(node.value):
+                    self.dup_nodes.append(node)
+            if merge:
+                self._merge(out, merge)
+            return out
+        out_list: list[Any] = []
+        self.memo[key] = out_list
+        out_list.extend([self.build(item) for item in node.value])
+        return out_list
+
+    def _merge(self, out: dict, merges: list[Node]) -> None:
+        sources: list[Node] = []
+        for value in merges:
+            sources.extend(value.value if isinstance(value, SequenceNode) else [value])
+        for src in reversed(sources):
+            if not isinstance(src, MappingNode):
+                self.bad.append((src, "a merge key (<<) needs a mapping or a list of mappings"))
+                continue
+            for k, v in self.build(src).items():
+                out.setdefault(k, v)
+
+    def _tagged(self, node: ScalarNode) -> Any:
+        tag = node.tag
+        if tag == "tag:yaml.org,2002:int":
+            value = resolve_plain(node.value)
+            if isinstance(value, int) and not isinstance(value, bool):
+                return value
+            self.bad.append((node, f"'{node.value}' is not an integer (!!int)"))
+            return node.value
+        if tag == "tag:yaml.org,2002:float":
+            value = resolve_plain(node.value)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return float(value)
+            self.bad.append((node, f"'{node.value}' is not a number (!!float)"))
+            return node.value
+        if tag == "tag:yaml.org,2002:bool":
+            value = _BOOL.get(node.value)
+            if value is None:
+                self.bad.append((node, f"'{node.value}' is not a boolean (!!bool)"))
+                return node.value
+            return value
+        if tag == "tag:yaml.org,2002:null":
+            self.has_null = True
+            return None
+        # !!str, !!binary, !!timestamp and local tags: the text, as kubectl keeps it
+        return node.value
+
+
+def _key_string(value: Any) -> str:
+    """go-yaml v2 + sigs.k8s.io/yaml turn non-string keys into their JSON text."""
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+class _TooManyAliases(Exception):
+    pass
+
+
+def split(text: str) -> list[tuple[int, str]]:
+    """(line offset, text) chunks at document markers; a marker line starts its chunk."""
+    chunks: list[tuple[int, str]] = []
+    start = 0
+    line = 0
+    for match in _MARKER.finditer(text):
+        pos = match.start()
+        if pos == start:
+            continue
+        chunks.append((line, text[start:pos]))
+        line += text.count("\n", start, pos)
+        start = pos
+    chunks.append((line, text[start:]))
+    return chunks
+
+
+def parse_text(text: str, file: str) -> list[Document]:
+    """Every non-empty document of a YAML (or JSON) text, in order."""
+    if file.endswith(".json") or (file == STDIN and text.lstrip()[:1] in ("{", "[")):
+        parsed = _parse_json(text, file)
+        if parsed is not None:
+            return parsed
+    docs: list[Document] = []
+    if "\t" in text or "\r" in text:
+        text = text.replace("\r\n", "\n")
+    for offset, chunk in split(text):
+        if not chunk.strip():
+            continue
+        _parse_chunk(chunk, offset, file, docs)
+    return docs
+
+
+def _parse_chunk(chunk: str, offset: int, file: str, docs: list[Document]) -> None:
+    composer = _Composer(chunk)
+    try:
+        while True:
+            try:
+                node = composer.get_node() if composer.check_node() else None
+            except yaml.MarkedYAMLError as err:
+                mark = err.problem_mark or err.context_mark
+                line = offset + (mark.line if mark else 0) + 1
+                message = " ".join(str(x) for x in (err.context, err.problem) if x) or "invalid YAML"
+                docs.append(Document(file, len(docs), line, None, problems=[
+                    Problem("yaml-syntax", f"YAML syntax error: {message} (line {line})", "", line)]))
+                return
+            except yaml.YAMLError as err:
+                line = offset + 1
+                docs.append(Document(file, len(docs), line, None,
+                                     problems=[Problem("yaml-syntax", f"YAML error: {err}", "", line)]))
+                return
+            if node is None:
+                return
+            if isinstance(node, ScalarNode) and node.tag is _PLAIN and node.value == "":
+                continue  # an empty document (only comments)
+            docs.append(_build(node, offset, file, len(docs)))
+    except (RecursionError, MemoryError):
+        docs.append(Document(file, len(docs), offset + 1, None, problems=[
+            Problem("yaml-syntax", "the document nests too deeply to be read", "", offset + 1)]))
+    finally:
+        composer.dispose()
+
+
+def _build(node: Node, offset: int, file: str, index: int) -> Document:
+    builder = _Builder()
+    line = node.start_mark.line + offset + 1
+    try:
+        data = builder.build(node)
+    except _TooManyAliases:
+        return Document(file, index, line, None, node, offset, problems=[
+            Problem("yaml-syntax", f"the document uses YAML aliases more than {_ALIAS_LIMIT} times", "", line)])
+    doc = Document(file, index, line, data, node, offset, builder.has_null)
+    if builder.dup_nodes or builder.bad:
+        paths = _node_paths(node, {id(n) for n in builder.dup_nodes} | {id(n) for n, _ in builder.bad})
+        for dup in builder.dup_nodes:
+            seen: dict[str, int] = {}
+            for k, _ in dup.value:
+                if isinstance(k, ScalarNode) and k.value != "<<":
+                    if k.value in seen:
+                        where = paths.get(id(dup), [])
+                        at = k.start_mark.line + offset + 1
+                        doc.problems.append(Problem(
+                            "duplicate-key",
+                            f"duplicate key '{k.value}' at {_dotted(where) or 'the top level'} (first at line "
+                            f"{seen[k.value]}); the API server rejects duplicate fields", pointer(where + [k.value]), at))
+                    else:
+                        seen[k.value] = k.start_mark.line + offset + 1
+        for bad, message in builder.bad:
+            at = bad.start_mark.line + offset + 1
+            doc.problems.append(Problem("json-value", message, pointer(paths.get(id(bad), [])), at))
+    return doc
+
+
+def _node_paths(root: Node, wanted: set[int]) -> dict[int, list]:
+    """Paths (key/index lists) of the nodes whose ids are in wanted."""
+    found: dict[int, list] = {}
+    stack: list[tuple[Node, list]] = [(root, [])]
+    seen: set[int] = set()
+    while stack and len(found) < len(wanted):
+        node, path = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if id(node) in wanted:
+            found[id(node)] = path
+        if isinstance(node, MappingNode):
+            for k, v in node.value:
+                if id(k) in wanted:
+                    found[id(k)] = path
+                name = k.value if isinstance(k, ScalarNode) else "?"
+                stack.append((v, path + [name]))
+        elif isinstance(node, SequenceNode):
+            for i, item in enumerate(node.value):
+                stack.append((item, path + [i]))
+    return found
+
+
+def _dotted(path: list) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (("." if out else "") + str(part))
+    return out
+
+
+def _parse_json(text: str, file: str) -> list[Document] | None:
+    """A JSON file: one value (a List is expanded later); None lets YAML try (JSON streams)."""
+    dups: list[str] = []
+    has_null = "null" in text
+
+    def pairs(items: list[tuple[str, Any]]) -> dict:
+        out = dict(items)
+        if len(out) != len(items):
+            seen = set()
+            for k, _ in items:
+                if k in seen:
+                    dups.append(k)
+                seen.add(k)
+        return out
+
+    try:
+        data = json.loads(text, object_pairs_hook=pairs, parse_constant=_reject_constant)
+    except json.JSONDecodeError:
+        return None
+    except ValueError as err:
+        return [Document(file, 0, 1, None, problems=[Problem("json-value", str(err), "", 1)])]
+    doc = Document(file, 0, 1, data, has_null=has_null, text=text)
+    if dups:
+        # Line numbers for JSON come from composing it as YAML (JSON is YAML flow style).
+        yaml_docs: list[Document] = []
+        try:
+            _parse_chunk(text, 0, file, yaml_docs)
+        except Exception:  # noqa: BLE001 - lines are a nicety; the finding is not
+            yaml_docs = []
+        if yaml_docs:
+            doc.problems = [p for p in yaml_docs[0].problems if p.rule == "duplicate-key"]
+        if not doc.problems:
+            doc.problems = [Problem("duplicate-key", f"duplicate key '{k}'; the API server rejects duplicate fields",
+                                    "", 1) for k in dups]
+    return [doc]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} cannot be represented in JSON")
+
+
+# ----------------------------------------------------------------------------- files
+def expand(paths: list[str]) -> list[str]:
+    """Files named or found (recursively, sorted) under folders; '-' is stdin. Missing paths raise."""
+    from ..errors import UsageError
+
+    out: list[str] = []
+    for raw in paths:
+        if raw == STDIN:
+            out.append(STDIN)
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            out.extend(str(p) for p in sorted(path.rglob("*"))
+                       if p.is_file() and p.suffix.lower() in SUFFIXES and not _hidden(p, path))
+        elif path.is_file():
+            out.append(str(path))
+        else:
+            raise UsageError(f"{raw}: no such file or folder", "pass YAML/JSON files, folders, or - for stdin")
+    return out
+
+
+def _hidden(path: Path, root: Path) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def read(file: str, stdin_text: str | None = None) -> tuple[str | None, Problem | None]:
+    """The text of file (or stdin), or a Problem saying why it cannot be read."""
+    try:
+        if file == STDIN:
+            return (stdin_text if stdin_text is not None else sys.stdin.read()), None
+        raw = Path(file).read_bytes()
+    except OSError as err:
+        return None, Problem("yaml-syntax", f"cannot read the file: {err.strerror or err}", "", 0)
+    try:
+        return raw.decode("utf-8-sig"), None
+    except UnicodeDecodeError as err:
+        line = raw[: err.start].count(b"\n") + 1
+        return None, Problem("yaml-syntax", f"the file is not UTF-8 text (byte {err.start}, line {line})", "", line)
+
+
+def documents(file: str, text: str) -> Iterator[Document]:
+    """Parsed documents of one file's text; a v1 List is expanded into its items."""
+    for doc in parse_text(text, file):
+        data = doc.data
+        if (isinstance(data, dict) and data.get("kind") == "List" and data.get("apiVersion") == "v1"
+                and isinstance(data.get("items"), list) and not doc.problems):
+            for i, item in enumerate(data["items"]):
+                yield Document(file, doc.index, doc.line, item, doc.node, doc.line_offset, doc.has_null,
+                               prefix=f"/items/{i}", text=doc.text)
+            continue
+        yield doc

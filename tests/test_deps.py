@@ -1,0 +1,103 @@
+"""`trainstack deps`: OCI first, else verified upstream source; byte-stable; clear failures."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tarfile
+
+import pytest
+import yaml
+
+from conftest import ROOT, assert_one_line_error, run_cli
+
+pytestmark = pytest.mark.slow
+
+
+def test_dependencies_report_names_the_source(chart_ready, lock):
+    report = json.loads((chart_ready / "charts" / ".trainstack-deps.json").read_text())
+    assert report["source"] in ("oci", "source")
+    assert set(report["charts"]) == {p.name for p in lock.charts()}
+    assert "trainjobs.trainer.kubeflow.org" in report["crds"]
+
+
+def test_source_build_is_byte_stable_and_matches_published_layout(chart_ready, lock, tmp_path):
+    from trainstack import deps
+
+    first, second = tmp_path / "a", tmp_path / "b"
+    built_a = deps._build_from_source(chart_ready, lock, first)
+    built_b = deps._build_from_source(chart_ready, lock, second)
+    for name in built_a:
+        assert (first / f"{name}-{lock.chart(name).version}.tgz").read_bytes() == \
+               (second / f"{name}-{lock.chart(name).version}.tgz").read_bytes()
+    with tarfile.open(first / "jobset-0.12.0.tgz") as archive:
+        values = yaml.safe_load(archive.extractfile("jobset/values.yaml").read())
+        assert values["image"]["repository"] == "registry.k8s.io/jobset/jobset"  # not the git staging image
+        assert values["image"]["pullPolicy"] == "IfNotPresent"
+    with tarfile.open(first / "lws-0.8.0.tgz") as archive:
+        assert yaml.safe_load(archive.extractfile("lws/Chart.yaml").read())["version"] == "0.8.0"  # git says 0.1.0
+    with tarfile.open(first / "kubeflow-trainer-2.3.0.tgz") as archive:
+        names = archive.getnames()
+        assert "kubeflow-trainer/charts/jobset-0.12.0.tgz" in names
+
+
+def test_checksum_mismatch_is_refused(lock, tmp_path):
+    data = yaml.safe_load((ROOT / "trainstack.lock.yaml").read_text())
+    data["charts"]["jobset"]["source"]["sum"] = "h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+    broken = tmp_path / "lock.yaml"
+    broken.write_text(yaml.safe_dump(data))
+    repo = _copy_repo(tmp_path)
+    result = run_cli("deps", "--source", "source", env={"TRAINSTACK_LOCK": str(broken), "TRAINSTACK_ROOT": str(repo)})
+    assert_one_line_error(result, "checksum mismatch for sigs.k8s.io/jobset@v0.12.0")
+
+
+def _copy_repo(tmp_path):
+    repo = tmp_path / "repo"
+    shutil.copytree(ROOT / "charts" / "trainstack", repo / "charts" / "trainstack",
+                    ignore=shutil.ignore_patterns("charts", "crds"))
+    shutil.copy(ROOT / "trainstack.lock.yaml", repo / "trainstack.lock.yaml")
+    return repo
+
+
+def test_unreachable_oci_registry_is_one_clear_line(tmp_path):
+    repo = _copy_repo(tmp_path)
+    # Point the chart at an address nothing listens on, keeping Chart.lock in step.
+    chart = yaml.safe_load((repo / "charts/trainstack/Chart.yaml").read_text())
+    lock = yaml.safe_load((repo / "trainstack.lock.yaml").read_text())
+    for dep in chart["dependencies"]:
+        dep["repository"] = "oci://127.0.0.1:9/charts"
+        lock["charts"][dep["name"]]["oci"] = "oci://127.0.0.1:9/charts"
+    (repo / "charts/trainstack/Chart.yaml").write_text(yaml.safe_dump(chart))
+    (repo / "trainstack.lock.yaml").write_text(yaml.safe_dump(lock))
+    env = {"TRAINSTACK_ROOT": str(repo), "TRAINSTACK_LOCK": str(repo / "trainstack.lock.yaml")}
+    assert run_cli("deps", "lock", env=env).returncode == 0
+    result = run_cli("deps", "--source", "oci", env=env)
+    assert_one_line_error(result, "OCI chart repositories could not be reached", "--source source")
+    fallback = run_cli("deps", env=env)
+    assert fallback.returncode == 0, fallback.stderr
+    assert "dependency source: source" in fallback.stdout
+
+
+def test_broken_chart_is_one_clear_line(tmp_path):
+    repo = _copy_repo(tmp_path)
+    (repo / "charts/trainstack/Chart.yaml").write_text("dependencies: [oops\n")
+    result = run_cli("deps", env={"TRAINSTACK_ROOT": str(repo)})
+    assert_one_line_error(result, "Chart.yaml")
+
+
+def test_chart_lock_out_of_date_is_reported(tmp_path):
+    repo = _copy_repo(tmp_path)
+    chart = yaml.safe_load((repo / "charts/trainstack/Chart.yaml").read_text())
+    chart["dependencies"][1]["condition"] = "something.else"
+    (repo / "charts/trainstack/Chart.yaml").write_text(yaml.safe_dump(chart))
+    result = run_cli("deps", env={"TRAINSTACK_ROOT": str(repo)})
+    assert_one_line_error(result, "Chart.lock is out of date", "trainstack deps lock")
+
+
+def test_crds_are_generated_not_committed(chart_ready):
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files", "charts/trainstack/crds", "charts/trainstack/charts"],
+                             cwd=ROOT, capture_output=True, text=True).stdout
+    assert tracked.strip() == ""
+    assert (chart_ready / "crds" / "trainjobs.trainer.kubeflow.org.yaml").is_file()

@@ -1,0 +1,71 @@
+"""`trainstack tools`: pinned builds into a versioned cache, idempotent, PATH reuse only on a match."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, assert_one_line_error, run_cli
+
+
+def _fake_binary(folder: Path, name: str, prints: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(f"#!/bin/sh\necho '{prints}'\n")
+    path.chmod(path.stat().st_mode | stat.S_IEXEC)
+
+
+@pytest.mark.slow
+def test_install_twice_does_no_work_the_second_time(tmp_path):
+    env = {"TRAINSTACK_CACHE": str(tmp_path / "cache")}
+    first = run_cli("tools", "install", "kubeconform", env=env)
+    assert first.returncode == 0, first.stderr
+    assert "built" in first.stderr
+    binary = tmp_path / "cache/tools/kubeconform/v0.8.0/bin/kubeconform"
+    assert binary.is_file()
+    mtime = binary.stat().st_mtime_ns
+    second = run_cli("tools", "install", "kubeconform", env=env)
+    assert second.returncode == 0, second.stderr
+    assert "up to date" in second.stderr and "nothing to do" in second.stderr
+    assert "building" not in second.stderr
+    assert binary.stat().st_mtime_ns == mtime
+    listed = json.loads(run_cli("tools", "list", "--output", "json", env=env).stdout)
+    row = next(r for r in listed if r["binary"] == "kubeconform")
+    assert row["status"] == "installed" and row["path"] == str(binary)
+
+
+def test_binary_on_path_is_reused_only_when_its_version_matches(tmp_path):
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    _fake_binary(good, "kubeconform", "v0.8.0")
+    _fake_binary(bad, "kubeconform", "v0.7.0")
+    base = {"TRAINSTACK_CACHE": str(tmp_path / "cache")}
+    rows = json.loads(run_cli("tools", "list", "--output", "json",
+                              env={**base, "PATH": f"{bad}{os.pathsep}{os.environ['PATH']}"}).stdout)
+    assert next(r for r in rows if r["binary"] == "kubeconform")["status"] == "missing"
+    env = {**base, "PATH": f"{good}{os.pathsep}{os.environ['PATH']}"}
+    result = run_cli("tools", "install", "kubeconform", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "reused from PATH" in result.stderr
+    rows = json.loads(run_cli("tools", "list", "--output", "json", env=env).stdout)
+    assert next(r for r in rows if r["binary"] == "kubeconform")["path"] == str(good / "kubeconform")
+
+
+def test_cache_is_outside_the_repository():
+    from trainstack import paths
+
+    assert not paths.cache_dir().is_relative_to(ROOT)
+
+
+def test_unknown_tool_is_one_clear_line(tmp_path):
+    result = run_cli("tools", "install", "nosuchtool", env={"TRAINSTACK_CACHE": str(tmp_path)})
+    assert_one_line_error(result, "missing lock entry 'tools.nosuchtool'")
+
+
+def test_unknown_flag_is_usage_error():
+    result = run_cli("tools", "install", "--bogus")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
