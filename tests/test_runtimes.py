@@ -1,0 +1,209 @@
+"""The golden ClusterTrainingRuntimes: what each carries, from values, for every environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import ROOT, by_kind, docs_of, helm_template, run_cli
+
+pytestmark = pytest.mark.slow
+
+SKELETONS = sorted((ROOT / "runtimes").glob("*.yaml"))
+GPU_LIMIT = "nvidia.com/gpu"
+MIRROR = "mirror.example.com"
+MIRROR_ARGS = ("--set", f"global.imageRegistry={MIRROR}", "--set", f"kubeflow-trainer.image.registry={MIRROR}",
+               "--set", f"jobset.image.repository={MIRROR}/jobset/jobset",
+               "--set", f"lws.image.manager.repository={MIRROR}/lws/lws")
+
+
+def runtimes(*args: str) -> dict[str, dict]:
+    return by_kind(docs_of(helm_template(*args).stdout), "ClusterTrainingRuntime")
+
+
+def pods(runtime: dict):
+    for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        yield job["name"], job["template"]["spec"]["template"]["spec"]
+
+
+def node_containers(runtime: dict):
+    for _, pod in pods(runtime):
+        for container in pod["containers"]:
+            if container["name"] == "node":
+                yield container
+
+
+def accelerator(runtime: dict) -> str:
+    return runtime["metadata"]["labels"]["trainstack.io/accelerator"]
+
+
+@pytest.fixture(scope="module")
+def default_runtimes(chart_ready):
+    return runtimes("--set", "dataCache.enabled=true", "--set", "runtimes.torchRocm.enabled=true")
+
+
+def test_catalog_has_every_framework_and_accelerator(default_runtimes):
+    expected = {
+        "torch-distributed": ("torch", "cpu"), "torch-distributed-gpu": ("torch", "nvidia"),
+        "torch-distributed-rocm": ("torch", "amd"), "torch-distributed-with-cache": ("torch", "cpu"),
+        "jax-distributed": ("jax", "cpu"), "jax-distributed-gpu": ("jax", "nvidia"),
+        "xgboost-distributed": ("xgboost", "cpu"), "deepspeed-distributed-gpu": ("deepspeed", "nvidia"),
+    }
+    found = {name: (rt["metadata"]["labels"]["trainer.kubeflow.org/framework"], accelerator(rt))
+             for name, rt in default_runtimes.items()}
+    assert found == expected
+
+
+def test_every_skeleton_is_a_runtime_with_framework_label():
+    for path in SKELETONS:
+        skeleton = yaml.safe_load(path.read_text())
+        assert skeleton["kind"] == "ClusterTrainingRuntime", path
+        assert skeleton["metadata"]["labels"]["trainer.kubeflow.org/framework"], path
+
+
+def test_gpu_runtimes_carry_gpu_limit_toleration_selector_and_shm(default_runtimes):
+    for name, runtime in default_runtimes.items():
+        if accelerator(runtime) != "nvidia":
+            continue
+        for container in node_containers(runtime):
+            assert container["resources"]["limits"][GPU_LIMIT] == 1, name
+            assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"], name
+        for _, pod in pods(runtime):
+            assert {"key": GPU_LIMIT, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"], name
+            assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}, name
+            shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
+            assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
+
+
+def test_cpu_runtimes_request_no_gpu_and_match_limits_to_requests(default_runtimes):
+    for name, runtime in default_runtimes.items():
+        if accelerator(runtime) != "cpu":
+            continue
+        for container in node_containers(runtime):
+            resources = container["resources"]
+            assert not any("gpu" in key for key in {**resources.get("limits", {}), **resources.get("requests", {})})
+            assert resources["limits"]["cpu"] == resources["requests"]["cpu"], name
+            assert {"name": "OMP_NUM_THREADS", "value": "1"} in container["env"], name
+        for _, pod in pods(runtime):
+            assert "tolerations" not in pod and "nodeSelector" not in pod, name
+
+
+def test_gpu_values_reach_every_gpu_runtime(chart_ready):
+    found = runtimes("--set", "runtimes.nvidia.gpusPerNode=8", "--set", "runtimes.nvidia.runtimeClassName=nvidia",
+                     "--set", "runtimes.nvidia.nodeSelector.pool=a100", "--set", "runtimes.nvidia.shm.sizeLimit=64Gi")
+    deepspeed = found["deepspeed-distributed-gpu"]
+    assert deepspeed["spec"]["mlPolicy"]["mpi"]["numProcPerNode"] == 8  # one MPI rank per GPU
+    for name in ("torch-distributed-gpu", "jax-distributed-gpu", "deepspeed-distributed-gpu"):
+        for container in node_containers(found[name]):
+            assert container["resources"]["limits"][GPU_LIMIT] == 8
+        for _, pod in pods(found[name]):
+            assert pod["runtimeClassName"] == "nvidia"
+            assert pod["nodeSelector"]["pool"] == "a100"
+            assert next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]["sizeLimit"] == "64Gi"
+    assert "runtimeClassName" not in dict(pods(found["torch-distributed"]))["node"]
+
+
+def test_per_runtime_override_reaches_only_that_runtime(chart_ready):
+    found = runtimes("--set", "runtimes.torch.resources.requests.cpu=8", "--set", "runtimes.torch.resources.limits.cpu=8",
+                     "--set", "runtimes.torch.numNodes=4", "--set", "runtimes.torch.priorityClassName=batch-low",
+                     "--set", "runtimes.jax.queueName=team-a")
+    torch = found["torch-distributed"]
+    assert torch["spec"]["mlPolicy"]["numNodes"] == 4
+    assert next(node_containers(torch))["resources"]["requests"]["cpu"] in (8, "8")
+    assert dict(pods(torch))["node"]["priorityClassName"] == "batch-low"
+    assert next(node_containers(found["xgboost-distributed"]))["resources"]["requests"]["cpu"] == "2"
+    assert found["jax-distributed"]["spec"]["template"]["metadata"]["labels"] == {"kueue.x-k8s.io/queue-name": "team-a"}
+    assert "metadata" not in found["torch-distributed"]["spec"]["template"]
+
+
+def test_turning_a_runtime_off_removes_it(chart_ready):
+    found = runtimes("--set", "runtimes.jaxGpu.enabled=false", "--set", "runtimes.xgboost.enabled=false")
+    assert "jax-distributed-gpu" not in found and "xgboost-distributed" not in found
+    assert "jax-distributed" in found
+
+
+def test_cache_runtime_only_with_data_cache(chart_ready, default_runtimes):
+    assert "torch-distributed-with-cache" not in runtimes()
+    cache = default_runtimes["torch-distributed-with-cache"]
+    initializer = dict(pods(cache))["dataset-initializer"]
+    assert initializer["serviceAccountName"] == "kubeflow-trainer-cache-initializer"
+
+
+def test_output_volume_existing_claim_and_per_job(chart_ready):
+    shared = runtimes("--set", "runtimes.defaults.output.enabled=true", "--set", "runtimes.defaults.output.existingClaim=models")
+    pod = dict(pods(shared["torch-distributed"]))["node"]
+    assert {"name": "output", "persistentVolumeClaim": {"claimName": "models"}} in pod["volumes"]
+    assert {"name": "output", "mountPath": "/workspace/output"} in next(node_containers(shared["torch-distributed"]))["volumeMounts"]
+    per_job = runtimes("--set", "runtimes.defaults.output.enabled=true")["torch-distributed"]
+    policy = per_job["spec"]["template"]["spec"]["volumeClaimPolicies"][0]
+    assert policy["retentionPolicy"] == {"whenDeleted": "Retain"}
+    assert policy["templates"][0]["metadata"]["name"] == "output"
+    assert "volumes" not in dict(pods(per_job))["node"]
+
+
+def test_gang_scheduling_and_pull_secrets(chart_ready):
+    found = runtimes("--set", "runtimes.defaults.gang.enabled=true", "--set", "global.imagePullSecrets[0].name=regcred")
+    for runtime in found.values():
+        assert runtime["spec"]["podGroupPolicy"] == {"coscheduling": {"scheduleTimeoutSeconds": 60}}
+        for _, pod in pods(runtime):
+            assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+def test_restricted_security_on_every_pod_and_container(default_runtimes):
+    for name, runtime in default_runtimes.items():
+        for _, pod in pods(runtime):
+            assert pod["securityContext"]["runAsNonRoot"] is True
+            assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+            for container in pod["containers"]:
+                assert container["securityContext"]["allowPrivilegeEscalation"] is False, name
+                assert container["securityContext"]["capabilities"]["drop"] == ["ALL"], name
+
+
+def test_every_image_comes_from_the_lock_through_the_mirror(chart_ready, lock):
+    locked = {f"{i.repository}:{i.tag}" for i in lock.images()}
+    found = runtimes("--set", "dataCache.enabled=true", "--set", "runtimes.torchRocm.enabled=true", *MIRROR_ARGS)
+    seen = set()
+    for runtime in found.values():
+        for _, pod in pods(runtime):
+            for container in pod["containers"]:
+                image = container["image"]
+                assert image.startswith(MIRROR + "/"), image
+                assert image[len(MIRROR) + 1:] in locked, image
+                seen.add(image)
+                for env in container.get("env", []):
+                    if env["name"] == "CACHE_IMAGE":
+                        assert env["value"].startswith(MIRROR + "/")
+    assert len(seen) >= 6
+
+
+def test_chart_image_values_equal_the_lock(lock):
+    values = yaml.safe_load((ROOT / "charts/trainstack/values.yaml").read_text())
+    for name, image in values["images"].items():
+        pinned = lock.image(name)
+        assert (image["registry"], image["repository"], image["tag"], image["digest"]) == \
+               (pinned.registry, pinned.repository, pinned.tag, pinned.digest), name
+
+
+def test_sdk_default_name_must_exist(chart_ready):
+    result = helm_template("--set", "runtimes.torch.enabled=false", check=False)
+    assert result.returncode != 0 and "torch-distributed" in result.stderr
+    renamed = runtimes("--set", "runtimes.torch.name=torch-distributed-cpu", "--set", "runtimes.torchGpu.name=torch-distributed")
+    assert accelerator(renamed["torch-distributed"]) == "nvidia"
+    clash = helm_template("--set", "runtimes.torchGpu.name=torch-distributed", check=False)
+    assert clash.returncode != 0 and "must be unique" in clash.stderr
+
+
+@pytest.mark.parametrize("env", sorted(p.parent.name for p in (ROOT / "overlays").glob("*/kustomization.yaml")
+                                       if p.parent.name not in ("base", "argocd")))
+def test_sdk_default_runtime_resolves_in_every_environment(chart_ready, env):
+    result = run_cli("render", "--env", env)
+    assert result.returncode == 0, result.stderr
+    found = by_kind(docs_of(result.stdout), "ClusterTrainingRuntime")
+    assert found["torch-distributed"]["metadata"]["labels"]["trainer.kubeflow.org/framework"] == "torch"
+
+
+def test_runtimes_are_plain_objects_not_hooks(dev_render):
+    for runtime in by_kind(docs_of(dev_render), "ClusterTrainingRuntime").values():
+        assert not any(k.startswith("helm.sh/hook") for k in runtime["metadata"].get("annotations", {}))
