@@ -106,11 +106,98 @@ def render_readme(chart_dir: Path | None = None) -> str:
 def write(check: bool = False, chart_dir: Path | None = None) -> list[Path]:
     """Write (or with check=True only compare) the generated files; returns the stale ones."""
     chart_dir = chart_dir or paths.chart_dir()
-    target = chart_dir / "README.md"
-    wanted = render_readme(chart_dir)
-    current = target.read_text() if target.exists() else ""
-    if current == wanted:
-        return []
-    if not check:
-        target.write_text(wanted)
-    return [target]
+    readme = paths.repo_root() / "README.md"
+    wanted = {chart_dir / "README.md": render_readme(chart_dir)}
+    if readme.exists():
+        wanted[readme] = fill_readme(readme.read_text())
+    stale = []
+    for target, text in wanted.items():
+        current = target.read_text() if target.exists() else ""
+        if current != text:
+            stale.append(target)
+            if not check:
+                target.write_text(text)
+    return stale
+
+
+# -- tables in the top-level README ------------------------------------------------------------
+
+WHEN_TO_USE = {
+    "cpu": "CPU pools, CI, small models, debugging a job before it takes GPUs",
+    "nvidia": "NVIDIA GPU pools: real training",
+    "amd": "AMD GPU pools (turn on with `runtimes.torchRocm.enabled`)",
+}
+
+
+def runtime_table(chart_dir: Path | None = None) -> str:
+    """Markdown table of the golden runtimes, from runtimes/ and the chart values."""
+    chart_dir = chart_dir or paths.chart_dir()
+    values = yaml.safe_load((chart_dir / "values.yaml").read_text())
+    rows = ["| runtime | framework | accelerator | image | what it sets | default | when to use it |",
+            "|---|---|---|---|---|---|---|"]
+    for path in sorted((paths.repo_root() / "runtimes").glob("*.yaml")):
+        skeleton = yaml.safe_load(path.read_text())
+        ann = skeleton["metadata"]["annotations"]
+        key, cls = ann["trainstack.io/values-key"], ann["trainstack.io/accelerator"]
+        own = values["runtimes"][key]
+        image = values["images"][ann["trainstack.io/image"]]
+        settings = {
+            "cpu": "CPU/memory requests = limits, OMP_NUM_THREADS=1 (one process per CPU, no oversubscription)",
+            "nvidia": "`nvidia.com/gpu` limit, GPU toleration and node selector, /dev/shm, NCCL env, optional runtimeClass",
+            "amd": "`amd.com/gpu` limit, AMD toleration and node selector, /dev/shm",
+        }[cls]
+        if "mpi" in skeleton["spec"]["mlPolicy"]:
+            settings += "; one MPI rank per GPU"
+        default = "on" if own["enabled"] else "off"
+        if ann.get("trainstack.io/requires") == "dataCache":
+            default += " (with `dataCache.enabled`)"
+        use = ann.get("trainstack.io/description", "") + " " + WHEN_TO_USE[cls]
+        rows.append(f"| `{own['name']}` | {skeleton['metadata']['labels']['trainer.kubeflow.org/framework']} | {cls} "
+                    f"| `{image['registry']}/{image['repository']}:{image['tag']}` | {settings} | {default} | {use.strip()} |")
+    return "\n".join(rows)
+
+
+def policy_table(chart_dir: Path | None = None) -> str:
+    """Markdown table of the guard rails: rule, what it protects, default action per environment."""
+    chart_dir = chart_dir or paths.chart_dir()
+    values = yaml.safe_load((chart_dir / "values.yaml").read_text())
+    envs = {}
+    for env_dir in sorted((paths.overlays_dir()).iterdir()):
+        env_values = env_dir / "values.yaml"
+        if env_dir.name not in ("base", "argocd") and env_values.is_file():
+            envs[env_dir.name] = yaml.safe_load(env_values.read_text()) or {}
+    header = "| rule | policy | protects | " + " | ".join(envs) + " |"
+    rows = [header, "|---|---|---|" + "---|" * len(envs)]
+    for path in sorted((paths.repo_root() / "policies").glob("*.yaml")):
+        policy = yaml.safe_load(path.read_text())
+        ann = policy["metadata"]["annotations"]
+        rule = ann["trainstack.io/rule"]
+        cells = []
+        for env_values in envs.values():
+            merged_policies = _merge(values["policies"], env_values.get("policies") or {})
+            settings = merged_policies["rules"][rule]
+            actions = settings.get("validationActions") or merged_policies["validationActions"]
+            cells.append("/".join(actions) if settings["enabled"] else "off")
+        rows.append(f"| `{rule}` | `{policy['metadata']['name']}` | {ann['trainstack.io/protects']} | "
+                    + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
+def _merge(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+SECTIONS = {"runtimes": runtime_table, "policies": policy_table}
+
+
+def fill_readme(text: str) -> str:
+    for name, build in SECTIONS.items():
+        begin, end = f"<!-- BEGIN GENERATED: {name} -->", f"<!-- END GENERATED: {name} -->"
+        if begin in text and end in text:
+            head, rest = text.split(begin, 1)
+            _, tail = rest.split(end, 1)
+            text = f"{head}{begin}\n{build()}\n{end}{tail}"
+    return text
