@@ -31,10 +31,10 @@ from pathlib import Path
 # The CUDA wheels of torch warn at import when numpy is absent; this script never uses numpy.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-from torch import nn  # noqa: E402
-from torch.nn.parallel import DistributedDataParallel  # noqa: E402
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
 
 CHECKPOINT_NAME = "checkpoint.pt"
 DEFAULT_OUTPUT_DIR = "/workspace/output"

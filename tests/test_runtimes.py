@@ -207,3 +207,22 @@ def test_sdk_default_runtime_resolves_in_every_environment(chart_ready, env):
 def test_runtimes_are_plain_objects_not_hooks(dev_render):
     for runtime in by_kind(docs_of(dev_render), "ClusterTrainingRuntime").values():
         assert not any(k.startswith("helm.sh/hook") for k in runtime["metadata"].get("annotations", {}))
+
+
+def test_every_golden_runtime_has_an_example_trainjob():
+    names = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in SKELETONS}
+    used = {yaml.safe_load(p.read_text())["spec"]["runtimeRef"]["name"]
+            for p in (ROOT / "examples" / "trainjobs").glob("*.yaml")}
+    assert used == names
+
+
+def test_example_trainjobs_pass_prod_validation_and_policies(chart_ready):
+    import json
+
+    prod = by_kind(docs_of(run_cli("render", "--env", "prod").stdout), "ClusterTrainingRuntime")
+    files = [str(p) for p in sorted((ROOT / "examples" / "trainjobs").glob("*.yaml"))
+             if yaml.safe_load(p.read_text())["spec"]["runtimeRef"]["name"] in prod]
+    assert len(files) >= 6
+    result = run_cli("validate", "--env", "prod", "--policies", "--output", "json", *files)
+    report = json.loads(result.stdout)
+    assert result.returncode == 0, [f for f in report["findings"] if f["severity"] == "error"][:3]

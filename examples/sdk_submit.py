@@ -1,0 +1,134 @@
+"""Submit examples/train_ddp.py as a Kubeflow TrainJob with the Kubeflow Python SDK (`pip install kubeflow`).
+
+    python examples/sdk_submit.py                                  # torch-distributed, 2 nodes
+    python examples/sdk_submit.py --runtime torch-distributed --num-nodes 4 --namespace team-a --cpu 2
+    python examples/sdk_submit.py --dry-run                        # print the TrainJob; needs no cluster
+    python examples/sdk_submit.py -- --steps 500 --seed 3          # arguments after -- go to train_ddp.py
+
+The SDK's CustomTrainer ships a Python function to the runtime, which runs it under torchrun on
+every node with the PET_* variables the controller injects. The function here, `run_train_ddp`,
+carries the text of train_ddp.py, writes it to a file in the container and runs it, so the job
+trains with exactly the script `trainstack smoke train` tests, in the runtime's stock torch
+image: nothing to build or mount. The checkpoint goes to /workspace/output, where the golden
+runtimes mount the output volume. Prints the TrainJob's name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+TRAIN_SCRIPT = Path(__file__).resolve().parent / "train_ddp.py"
+DEFAULT_RUNTIME = "torch-distributed"
+# The SDK places the function's text and arguments in a shell here-document, which would expand these.
+SHELL_SPECIAL = ("$", "`", "\\")
+
+
+def run_train_ddp(source: str, argv: list) -> None:
+    """Runs in each training process on the cluster: write train_ddp.py and run it as __main__."""
+    import os
+    import runpy
+    import sys
+    import tempfile
+
+    path = os.path.join(tempfile.mkdtemp(prefix="train-ddp-"), "train_ddp.py")
+    with open(path, "w") as handle:
+        handle.write(source)
+    sys.argv = [path, *argv]
+    runpy.run_path(path, run_name="__main__")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="Submit examples/train_ddp.py as a TrainJob (Kubeflow SDK).")
+    parser.add_argument("--runtime", default=DEFAULT_RUNTIME, help=f"runtime name (default {DEFAULT_RUNTIME})")
+    parser.add_argument("--num-nodes", type=int, default=2, help="training nodes (default 2)")
+    parser.add_argument("--namespace", help="namespace of the TrainJob (default: the kubeconfig context's)")
+    parser.add_argument("--image", help="trainer image (default: the runtime's)")
+    parser.add_argument("--cpu", help="CPUs per node; on CPU nodes this is also the processes per node")
+    parser.add_argument("--memory", help="memory per node, e.g. 4Gi")
+    parser.add_argument("--gpu", type=int, help="GPUs per node (one process per GPU)")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the TrainJob that would be created, as JSON, without contacting a cluster")
+    parser.add_argument("train_args", nargs="*", metavar="-- ARGS", help="arguments for train_ddp.py")
+    args = parser.parse_args(argv)
+    if args.num_nodes < 1:
+        parser.error("--num-nodes must be at least 1")
+    bad = [a for a in args.train_args if any(c in a for c in SHELL_SPECIAL)]
+    if bad:
+        parser.error(f"training arguments must not contain $, backquotes or backslashes: {bad}")
+    return args
+
+
+def build_trainer(args: argparse.Namespace):
+    """The SDK trainer object that describes the job: the function, its arguments, nodes and resources."""
+    from kubeflow.trainer import CustomTrainer
+
+    source = TRAIN_SCRIPT.read_text()
+    if any(c in source for c in SHELL_SPECIAL):
+        raise SystemExit(f"error: {TRAIN_SCRIPT} contains $, a backquote or a backslash; the SDK's shell "
+                         "here-document would change it")
+    resources = {k: v for k, v in (("cpu", args.cpu), ("memory", args.memory),
+                                   ("gpu", str(args.gpu) if args.gpu else None)) if v}  # quantities as strings
+    return CustomTrainer(func=run_train_ddp, func_args={"source": source, "argv": list(args.train_args)},
+                         num_nodes=args.num_nodes, resources_per_node=resources or None, image=args.image)
+
+
+def dry_run_trainjob(args: argparse.Namespace) -> dict:
+    """The TrainJob the SDK would create, built by the SDK's own code for a torch runtime, offline.
+
+    A real submit reads the runtime from the cluster; here it is described as the SDK reads a
+    torch runtime (a CustomTrainer runtime whose entry point is torchrun).
+    """
+    from kubeflow.trainer import Runtime, RuntimeKind, RuntimeTrainer, TrainerType
+    from kubeflow.trainer.backends.kubernetes import utils
+    from kubeflow.trainer.constants import constants
+    from kubeflow_trainer_api import models
+
+    runtime = Runtime(name=args.runtime, kind=RuntimeKind.CLUSTER_TRAINING_RUNTIME,
+                      trainer=RuntimeTrainer(trainer_type=TrainerType.CUSTOM_TRAINER, framework="torch",
+                                             image=args.image or "(the runtime's image)"))
+    runtime.trainer.set_command(constants.TORCH_COMMAND)
+    trainer = utils.get_trainer_cr_from_custom_trainer(runtime, build_trainer(args))
+    job = models.TrainerV1alpha1TrainJob(
+        apiVersion=constants.API_VERSION, kind=constants.TRAINJOB_KIND,
+        metadata=models.IoK8sApimachineryPkgApisMetaV1ObjectMeta(name="(generated on submit)",
+                                                                 namespace=args.namespace),
+        spec=models.TrainerV1alpha1TrainJobSpec(
+            runtimeRef=models.TrainerV1alpha1RuntimeRef(name=runtime.name, kind=runtime.kind.value),
+            trainer=trainer))
+    return job.to_dict()
+
+
+def submit(args: argparse.Namespace) -> str:
+    from kubeflow.common.types import KubernetesBackendConfig
+    from kubeflow.trainer import TrainerClient
+
+    client = TrainerClient(backend_config=KubernetesBackendConfig(namespace=args.namespace))
+    return client.train(runtime=args.runtime, trainer=build_trainer(args))
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        import kubeflow.trainer  # noqa: F401
+    except ImportError:
+        print("error: the Kubeflow SDK is not installed (pip install 'kubeflow>=0.5.0', or "
+              "'trainstack smoke install')", file=sys.stderr)
+        return 1
+    if args.dry_run:
+        print(json.dumps(dry_run_trainjob(args), indent=2, sort_keys=True))
+        return 0
+    try:
+        name = submit(args)
+    except Exception as err:  # noqa: BLE001 - the SDK raises plain exceptions; show one line, not a traceback
+        cause = f" ({err.__cause__})" if err.__cause__ else ""
+        print(f"error: {type(err).__name__}: {err}{cause}".replace("\n", " "), file=sys.stderr)
+        return 1
+    print(name)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
