@@ -8,7 +8,7 @@ ENV ?= dev
 PROVIDER ?= local
 PYTEST_ARGS ?=
 
-.PHONY: setup venv tools deps render validate test test-fast e2e smoke-train bench docs lock-check clean help
+.PHONY: setup venv tools deps render validate test test-fast e2e smoke-train bench bench-e2e docs lock-check clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -54,6 +54,9 @@ smoke-train: venv ## real torch DDP training smoke (two ranks on this machine)
 
 bench: setup ## benchmarks; results in bench/results/
 	$(TS) bench
+
+bench-e2e: setup ## warm time of make e2e (local) -> bench/results/e2e.json
+	$(TS) bench e2e
 
 clean: ## remove the venv and built chart dependencies (the tool cache stays)
 	rm -rf $(VENV) charts/trainstack/charts charts/trainstack/crds

@@ -112,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     world_size = int(os.environ.get("WORLD_SIZE", "1"))
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
 
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # deterministic cuBLAS on GPUs
     if torch.cuda.is_available():
         backend, device = "nccl", torch.device("cuda", local_rank)
         torch.cuda.set_device(device)

@@ -8,7 +8,10 @@ from __future__ import annotations
 import importlib
 
 MODULES: list[str] = [
+    "trainstack.validate.command",
     "trainstack.e2e.command",
+    "trainstack.bench",
+    "trainstack.smoke",
 ]
 
 

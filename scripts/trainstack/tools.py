@@ -196,15 +196,16 @@ def install(names: list[str] | None = None, lock: lockmod.Lock | None = None,
             continue
         with progress.step(f"building {tool.name} {tool.version} ({', '.join(tool.packages)}) from {tool.module}"):
             binaries = _build(tool)
-        _write_stamp(tool, binaries, source="go build")
+        _write_stamp(tool, binaries, source="go build", seconds=time.monotonic() - start)
         rows.append((tool.name, tool.version, "built", time.monotonic() - start))
     return rows
 
 
-def _write_stamp(tool: lockmod.Tool, binaries: dict[str, str], source: str) -> None:
+def _write_stamp(tool: lockmod.Tool, binaries: dict[str, str], source: str, seconds: float = 0.0) -> None:
     target = tool_dir(tool)
     target.mkdir(parents=True, exist_ok=True)
-    stamp = {"module": tool.module, "version": tool.version, "binaries": binaries, "source": source}
+    stamp = {"module": tool.module, "version": tool.version, "binaries": binaries, "source": source,
+             "seconds": round(seconds, 1)}
     tmp = target / (STAMP + ".tmp")
     tmp.write_text(json.dumps(stamp, indent=2, sort_keys=True))
     os.replace(tmp, target / STAMP)

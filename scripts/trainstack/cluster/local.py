@@ -72,23 +72,37 @@ class NodePool:
         resources = {"cpu": self.cpu, "memory": self.memory, "pods": self.pods, **self.extended}
         out = []
         for name in self.node_names():
-            labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-                      "type": "kwok", POOL_LABEL: self.name, **self.labels}
-            out.append({
-                "apiVersion": "v1", "kind": "Node",
-                "metadata": {"name": name, "labels": labels,
-                             "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"}},
-                "spec": {"taints": [dict(t) for t in self.taints]} if self.taints else {},
-                "status": {"allocatable": dict(resources), "capacity": dict(resources)},
-            })
+            labels = {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                POOL_LABEL: self.name,
+                **self.labels,
+            }
+            out.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "labels": labels,
+                        "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    },
+                    "spec": {"taints": [dict(t) for t in self.taints]} if self.taints else {},
+                    "status": {"allocatable": dict(resources), "capacity": dict(resources)},
+                }
+            )
         return out
 
 
-def default_pools(gpu_labels: dict[str, str] | None = None,
-                  gpu_taints: tuple[dict[str, str], ...] | None = None) -> list[NodePool]:
+def default_pools(
+    gpu_labels: dict[str, str] | None = None, gpu_taints: tuple[dict[str, str], ...] | None = None
+) -> list[NodePool]:
     """A CPU pool and a GPU pool carrying `nvidia.com/gpu` capacity and the usual GPU taint."""
-    taints = gpu_taints if gpu_taints is not None else ({"key": GPU_RESOURCE, "value": "present",
-                                                         "effect": "NoSchedule"},)
+    taints = (
+        gpu_taints if gpu_taints is not None else ({"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"},)
+    )
     labels = gpu_labels if gpu_labels is not None else {"nvidia.com/gpu.present": "true"}
     return [
         NodePool("cpu", count=2),
@@ -116,8 +130,10 @@ def check_ports_free(named: dict[str, int]) -> None:
     """A UserError naming the first taken port and who wanted it."""
     for name, port in named.items():
         if not port_is_free(port):
-            raise UserError(f"port 127.0.0.1:{port} ({name}) is already in use",
-                            "stop what listens there or pick another --port-base")
+            raise UserError(
+                f"port 127.0.0.1:{port} ({name}) is already in use",
+                "stop what listens there or pick another --port-base",
+            )
 
 
 def pid_alive(pid: int) -> bool:
@@ -168,8 +184,11 @@ def stage_documents(lock: lockmod.Lock, host_namespaces: tuple[str, ...] = ()) -
         zip_path = Path(info["Zip"])
         actual = chartpack.module_h1(zip_path)
         if actual != source.sum:
-            raise UserError(f"checksum mismatch for {source.module}@{source.version}: lock says {source.sum}, "
-                            f"the module zip hashes to {actual}", "do not use this module; check the lock file")
+            raise UserError(
+                f"checksum mismatch for {source.module}@{source.version}: lock says {source.sum}, "
+                f"the module zip hashes to {actual}",
+                "do not use this module; check the lock file",
+            )
         prefix = f"{source.module}@{source.version}/kustomize/stage/"
         stages = []
         with zipfile.ZipFile(zip_path) as archive:
@@ -203,9 +222,16 @@ class LocalCluster:
     `kubectl(...)` runs the pinned kubectl against the cluster.
     """
 
-    def __init__(self, name: str | None = None, workdir: Path | None = None, pools: list[NodePool] | None = None,
-                 port_base: int | None = None, cert_sans: tuple[str, ...] = (),
-                 host_namespaces: tuple[str, ...] = (), lock: lockmod.Lock | None = None) -> None:
+    def __init__(
+        self,
+        name: str | None = None,
+        workdir: Path | None = None,
+        pools: list[NodePool] | None = None,
+        port_base: int | None = None,
+        cert_sans: tuple[str, ...] = (),
+        host_namespaces: tuple[str, ...] = (),
+        lock: lockmod.Lock | None = None,
+    ) -> None:
         self.lock = lock or lockmod.load()
         self.name = name or f"trainstack-{uuid.uuid4().hex[:8]}"
         self.workdir = Path(workdir) if workdir else paths.cache_dir() / "e2e" / "clusters" / self.name
@@ -214,6 +240,7 @@ class LocalCluster:
         self.cert_sans = tuple(cert_sans)
         self.host_namespaces = tuple(host_namespaces)
         self.binaries: dict[str, Path] = {}
+        self._ports: dict[str, int] = {}
         self.started = False
 
     # -- paths ------------------------------------------------------------------------------
@@ -246,9 +273,13 @@ class LocalCluster:
         return config["clusters"][0]["cluster"]["server"]
 
     def ports(self) -> dict[str, int]:
-        if self.port_base is None:
-            return {}
-        return {name: self.port_base + i for i, name in enumerate(PORT_NAMES)}
+        """Component -> port: from port_base up, else free ports the OS picks (random, unlike kwokctl's
+        scan down from 32767, so clusters started at the same moment do not pick the same ports)."""
+        if self.port_base is not None:
+            return {name: self.port_base + i for i, name in enumerate(PORT_NAMES)}
+        if not self._ports:
+            self._ports = {name: free_port() for name in PORT_NAMES}
+        return dict(self._ports)
 
     # -- lifecycle --------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
@@ -277,35 +308,50 @@ class LocalCluster:
             "disableQPSLimits": True,
         }
         ports = self.ports()
-        if ports:
-            options.update({"etcdPort": ports["etcd"], "etcdPeerPort": ports["etcd-peer"],
-                            "kubeApiserverPort": ports["kube-apiserver"],
-                            "kubeControllerManagerPort": ports["kube-controller-manager"],
-                            "kubeSchedulerPort": ports["kube-scheduler"],
-                            "kwokControllerPort": ports["kwok-controller"]})
-        config = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
-                  "options": options}
+        options.update(
+            {
+                "etcdPort": ports["etcd"],
+                "etcdPeerPort": ports["etcd-peer"],
+                "kubeApiserverPort": ports["kube-apiserver"],
+                "kubeControllerManagerPort": ports["kube-controller-manager"],
+                "kubeSchedulerPort": ports["kube-scheduler"],
+                "kwokControllerPort": ports["kwok-controller"],
+            }
+        )
+        config = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration", "options": options}
         return [config, *stage_documents(self.lock, self.host_namespaces)]
 
     def _kwokctl(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
         cmd = [str(self.binaries["kwokctl"]), "--name", self.name, *args]
-        return subprocess.run(cmd, capture_output=True, text=True, env=self._env(), timeout=timeout,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            cmd, capture_output=True, text=True, env=self._env(), timeout=timeout, stdin=subprocess.DEVNULL
+        )
 
     def start(self, timeout: float = 180) -> LocalCluster:
         """Create and start the cluster, then its node pools; raises UserError with the log tail on failure."""
         self.binaries = {name: tools.require(name, self.lock) for name in BINARIES}
-        check_ports_free({f"{n} port" : p for n, p in self.ports().items()})
+        check_ports_free({f"{n} port": p for n, p in self.ports().items()})
         if self.cluster_dir.exists():
-            raise UserError(f"a local cluster named {self.name} already exists in {self.workdir}",
-                            "run 'trainstack e2e down' or pick another name")
+            raise UserError(
+                f"a local cluster named {self.name} already exists in {self.workdir}",
+                "run 'trainstack e2e down' or pick another name",
+            )
         self.workdir.mkdir(parents=True, exist_ok=True)
         config_path = self.workdir / "kwokctl.yaml"
         config_path.write_text(yaml.safe_dump_all(self._config(), sort_keys=False))
         self.started = True  # from here on stop() has something to clean up
         try:
-            result = self._kwokctl("create", "cluster", "--config", str(config_path), "--kubeconfig", "",
-                                   "--timeout", f"{int(timeout)}s", timeout=timeout + 30)
+            result = self._kwokctl(
+                "create",
+                "cluster",
+                "--config",
+                str(config_path),
+                "--kubeconfig",
+                "",
+                "--timeout",
+                f"{int(timeout)}s",
+                timeout=timeout + 30,
+            )
         except subprocess.TimeoutExpired:
             raise self.failure(f"kwokctl create cluster did not finish within {timeout:.0f}s") from None
         if result.returncode != 0:
@@ -318,8 +364,9 @@ class LocalCluster:
     def failure(self, message: str) -> UserError:
         """A UserError carrying the tail of the component log that explains it best."""
         tail = self.log_tail()
-        return UserError(f"local cluster {self.name}: {message}" + (f"; {tail}" if tail else ""),
-                         f"component logs: {self.logs_dir}")
+        return UserError(
+            f"local cluster {self.name}: {message}" + (f"; {tail}" if tail else ""), f"component logs: {self.logs_dir}"
+        )
 
     def log_tail(self, lines: int = 3) -> str:
         for component in ("kube-apiserver", "etcd", "kwok-controller", "kube-controller-manager", "kube-scheduler"):
@@ -350,8 +397,9 @@ class LocalCluster:
             self.binaries.setdefault("kwokctl", tools.find("kwokctl", self.lock))  # type: ignore[arg-type]
             try:
                 # kwokctl removes its context from this file; never the user's kubeconfig
-                self._kwokctl("delete", "cluster", "--kubeconfig", str(self.workdir / "kwokctl-contexts.yaml"),
-                              timeout=120)
+                self._kwokctl(
+                    "delete", "cluster", "--kubeconfig", str(self.workdir / "kwokctl-contexts.yaml"), timeout=120
+                )
             except subprocess.TimeoutExpired:
                 pass
         stop_pids(pids)
@@ -366,14 +414,20 @@ class LocalCluster:
         self.stop()
 
     # -- API access -------------------------------------------------------------------------
-    def kubectl(self, *args: str, input_text: str | None = None, check: bool = True,
-                timeout: float = 60) -> subprocess.CompletedProcess:
+    def kubectl(
+        self, *args: str, input_text: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess:
         """Run the pinned kubectl as cluster admin; a failure (with check) is a UserError with kubectl's message."""
         kubectl = self.binaries.get("kubectl") or tools.require("kubectl", self.lock)
-        cmd = [str(kubectl), "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.workdir / "kube-cache"),
-               *args]
-        result = subprocess.run(cmd, capture_output=True, text=True, input=input_text, timeout=timeout,
-                                env=self._env())
+        cmd = [
+            str(kubectl),
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--cache-dir",
+            str(self.workdir / "kube-cache"),
+            *args,
+        ]
+        result = subprocess.run(cmd, capture_output=True, text=True, input=input_text, timeout=timeout, env=self._env())
         if check and result.returncode != 0:
             raise UserError(f"kubectl {' '.join(args[:3])} failed: {_last_line(result.stderr or result.stdout)}")
         return result

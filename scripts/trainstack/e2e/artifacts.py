@@ -17,8 +17,8 @@ import yaml
 from .. import paths
 
 
-def folder(stamp: str) -> Path:
-    return paths.repo_root() / "artifacts" / f"e2e-{stamp}"
+def folder(stamp: str, root: Path | None = None) -> Path:
+    return (root or paths.repo_root() / "artifacts") / f"e2e-{stamp}"
 
 
 def _redact(obj: dict[str, Any]) -> dict[str, Any]:
@@ -51,9 +51,11 @@ def dump_objects(kube: Any, out: Path) -> int:
     return count
 
 
-def collect(stamp: str, kube: Any | None, logs: dict[str, Path], run_dir: Path, summary: str) -> Path:
-    """Write the artifacts folder for a failed run and return it."""
-    target = folder(stamp)
+def collect(
+    stamp: str, kube: Any | None, logs: dict[str, Path], run_dir: Path, summary: str, root: Path | None = None
+) -> Path:
+    """Write the artifacts folder for a failed run (under root, default artifacts/) and return it."""
+    target = folder(stamp, root)
     (target / "logs").mkdir(parents=True, exist_ok=True)
     for name, path in logs.items():
         if path.is_file():

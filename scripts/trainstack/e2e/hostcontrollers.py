@@ -22,7 +22,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -97,11 +97,25 @@ class HostController:
             text = [ln for ln in self.log.read_text(errors="replace").splitlines() if ln.strip()]
         except OSError:
             return "no log"
-        errors = [ln for ln in text if '"level":"error"' in ln or "ERROR" in ln or "error" in ln.lower()]
+        text = [ln for ln in text[1:] if not ln[:1].isspace() and not ln.startswith(("Usage", "  -"))]  # no usage text
+        markers = (
+            '"level":"error"',
+            "ERROR",
+            "error:",
+            "Error:",
+            "flag provided but not defined",
+            "panic:",
+            "invalid",
+            "failed",
+            "unable to",
+        )
+        errors = [ln for ln in text if any(m in ln for m in markers)]
         return " | ".join((errors or text)[-lines:])[:800] or "empty log"
 
 
-def _config_from_configmap(cluster: LocalCluster, deploy: dict[str, Any], container: dict[str, Any]) -> tuple[dict, list[str]]:
+def _config_from_configmap(
+    cluster: LocalCluster, deploy: dict[str, Any], container: dict[str, Any]
+) -> tuple[dict, list[str]]:
     """The chart's controller config (from the ConfigMap mounted at --config) and the other args."""
     args = list(container.get("args") or [])
     config_path = ""
@@ -124,13 +138,16 @@ def _config_from_configmap(cluster: LocalCluster, deploy: dict[str, Any], contai
             volume = volumes.get(mount["name"], {})
             if "configMap" not in volume:
                 continue
-            key = mount.get("subPath") or config_path[len(path.rstrip("/")) + 1:]
-            cm = cluster.kubectl_json("get", "configmap", volume["configMap"]["name"], "-n",
-                                      deploy["metadata"]["namespace"])
+            key = mount.get("subPath") or config_path[len(path.rstrip("/")) + 1 :]
+            cm = cluster.kubectl_json(
+                "get", "configmap", volume["configMap"]["name"], "-n", deploy["metadata"]["namespace"]
+            )
             text = (cm.get("data") or {}).get(key)
             if text is None:
-                raise UserError(f"ConfigMap {volume['configMap']['name']} has no key {key} "
-                                f"(Deployment {deploy['metadata']['name']} reads --config={config_path})")
+                raise UserError(
+                    f"ConfigMap {volume['configMap']['name']} has no key {key} "
+                    f"(Deployment {deploy['metadata']['name']} reads --config={config_path})"
+                )
             return yaml.safe_load(text) or {}, rest
     raise UserError(f"Deployment {deploy['metadata']['name']}: --config={config_path} is not a mounted ConfigMap")
 
@@ -147,20 +164,33 @@ def discover(cluster: LocalCluster, namespace: str, workdir: Path) -> list[HostC
             if not match:
                 continue
             config, rest = _config_from_configmap(cluster, deploy, container)
-            found.append(HostController(
-                deployment=deploy["metadata"]["name"], namespace=namespace, binary_name=match[0],
-                service_account=spec.get("serviceAccountName") or "default",
-                selector=dict(deploy["spec"]["selector"].get("matchLabels") or {}),
-                pod_labels=dict(deploy["spec"]["template"]["metadata"].get("labels") or {}),
-                config=config, extra_args=[a for a in rest if a.startswith("--zap")], workdir=workdir))
+            found.append(
+                HostController(
+                    deployment=deploy["metadata"]["name"],
+                    namespace=namespace,
+                    binary_name=match[0],
+                    service_account=spec.get("serviceAccountName") or "default",
+                    selector=dict(deploy["spec"]["selector"].get("matchLabels") or {}),
+                    pod_labels=dict(deploy["spec"]["template"]["metadata"].get("labels") or {}),
+                    config=config,
+                    extra_args=[a for a in rest if a.startswith("--zap")],
+                    workdir=workdir,
+                )
+            )
     return found
 
 
 class HostControllers:
     """Starts, watches and stops the chart's controllers as local processes."""
 
-    def __init__(self, cluster: LocalCluster, namespace: str, workdir: Path,
-                 port_base: int | None = None, extra_args: dict[str, list[str]] | None = None) -> None:
+    def __init__(
+        self,
+        cluster: LocalCluster,
+        namespace: str,
+        workdir: Path,
+        port_base: int | None = None,
+        extra_args: dict[str, list[str]] | None = None,
+    ) -> None:
         self.cluster = cluster
         self.namespace = namespace
         self.workdir = workdir
@@ -177,8 +207,10 @@ class HostControllers:
         webhook, health = self.port_base + 2 * index, self.port_base + 2 * index + 1
         for port, what in ((webhook, "webhook"), (health, "health")):
             if not port_is_free(port):
-                raise UserError(f"port 127.0.0.1:{port} ({self.controllers[index].deployment} {what}) is already in use",
-                                "stop what listens there or pick another --port-base")
+                raise UserError(
+                    f"port 127.0.0.1:{port} ({self.controllers[index].deployment} {what}) is already in use",
+                    "stop what listens there or pick another --port-base",
+                )
         return webhook, health
 
     def prepare(self) -> None:
@@ -186,8 +218,10 @@ class HostControllers:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.controllers = discover(self.cluster, self.namespace, self.workdir)
         if not self.controllers:
-            raise UserError(f"no Trainer/JobSet/LWS controller Deployment found in namespace {self.namespace}",
-                            "check that the chart installed into this namespace")
+            raise UserError(
+                f"no Trainer/JobSet/LWS controller Deployment found in namespace {self.namespace}",
+                "check that the chart installed into this namespace",
+            )
         for i, ctl in enumerate(self.controllers):
             ctl.webhook_port, ctl.health_port = self._ports(i)
             ctl.extra_args += self.extra_args.get(ctl.binary_name, [])
@@ -195,8 +229,10 @@ class HostControllers:
     def point_webhooks_here(self) -> list[str]:
         """ExternalName Services and webhook port + caBundle patches; returns what was changed."""
         changed = []
-        services = {s["metadata"]["name"]: s for s in
-                    self.cluster.kubectl_json("get", "services", "-n", self.namespace).get("items", [])}
+        services = {
+            s["metadata"]["name"]: s
+            for s in self.cluster.kubectl_json("get", "services", "-n", self.namespace).get("items", [])
+        }
         owner: dict[str, HostController] = {}
         for name, svc in services.items():
             selector = (svc.get("spec") or {}).get("selector") or {}
@@ -214,31 +250,57 @@ class HostControllers:
                     ctl = owner[ref["name"]]
                     if ref["name"] not in ctl.services:
                         ctl.services.append(ref["name"])
-                    ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/service/port", "value": ctl.webhook_port})
+                    ops.append(
+                        {"op": "add", "path": f"/webhooks/{i}/clientConfig/service/port", "value": ctl.webhook_port}
+                    )
                     ops.append({"op": "add", "path": f"/webhooks/{i}/clientConfig/caBundle", "value": bundle})
                 if ops:
-                    self.cluster.kubectl("patch", kind, config["metadata"]["name"], "--type=json", "-p", json.dumps(ops))
+                    self.cluster.kubectl(
+                        "patch", kind, config["metadata"]["name"], "--type=json", "-p", json.dumps(ops)
+                    )
                     changed.append(f"{kind[:-1]}/{config['metadata']['name']}")
         for ctl in self.controllers:
             for name in ctl.services:
-                patch = {"spec": {"type": "ExternalName", "externalName": "127.0.0.1", "clusterIP": None,
-                                  "clusterIPs": None, "selector": None, "ipFamilies": None, "ipFamilyPolicy": None,
-                                  "internalTrafficPolicy": None, "sessionAffinity": None}}
-                self.cluster.kubectl("patch", "service", name, "-n", self.namespace, "--type=merge",
-                                     "-p", json.dumps(patch))
+                patch = {
+                    "spec": {
+                        "type": "ExternalName",
+                        "externalName": "127.0.0.1",
+                        "clusterIP": None,
+                        "clusterIPs": None,
+                        "selector": None,
+                        "ipFamilies": None,
+                        "ipFamilyPolicy": None,
+                        "internalTrafficPolicy": None,
+                        "sessionAffinity": None,
+                    }
+                }
+                self.cluster.kubectl(
+                    "patch", "service", name, "-n", self.namespace, "--type=merge", "-p", json.dumps(patch)
+                )
                 changed.append(f"service/{name}")
         return changed
 
     def _kubeconfig(self, ctl: HostController) -> Path:
-        token = self.cluster.kubectl("create", "token", ctl.service_account, "-n", self.namespace,
-                                     "--duration=24h").stdout.strip()
+        token = self.cluster.kubectl(
+            "create", "token", ctl.service_account, "-n", self.namespace, "--duration=24h"
+        ).stdout.strip()
         config = {
-            "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-            "clusters": [{"name": "local", "cluster": {"server": self.cluster.server(),
-                                                       "certificate-authority": str(self.cluster.ca_cert)}}],
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "sa",
+            "clusters": [
+                {
+                    "name": "local",
+                    "cluster": {"server": self.cluster.server(), "certificate-authority": str(self.cluster.ca_cert)},
+                }
+            ],
             "users": [{"name": ctl.service_account, "user": {"token": token}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "local", "user": ctl.service_account,
-                                                    "namespace": self.namespace}}],
+            "contexts": [
+                {
+                    "name": "sa",
+                    "context": {"cluster": "local", "user": ctl.service_account, "namespace": self.namespace},
+                }
+            ],
         }
         path = self.workdir / f"{ctl.deployment}.kubeconfig"
         path.write_text(yaml.safe_dump(config))
@@ -258,13 +320,25 @@ class HostControllers:
             config_path.write_text(yaml.safe_dump(ctl.host_config(), sort_keys=False))
             cmd = ctl.command(binary, config_path, self._kubeconfig(ctl))
             env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-            env.update({"TMPDIR": str(ctl.cert_dir.parent.parent), "NO_PROXY": "127.0.0.1,localhost",
-                        "KUBECONFIG": cmd[2].split("=", 1)[1]})
+            env.update(
+                {
+                    "TMPDIR": str(ctl.cert_dir.parent.parent),
+                    "NO_PROXY": "127.0.0.1,localhost",
+                    "KUBECONFIG": cmd[2].split("=", 1)[1],
+                }
+            )
             with ctl.log.open("w") as sink:
                 sink.write(f"$ {shlex.join(cmd)}\n")
                 sink.flush()
-                ctl.process = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                               env=env, cwd=self.workdir, start_new_session=True)
+                ctl.process = subprocess.Popen(
+                    cmd,
+                    stdout=sink,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    cwd=self.workdir,
+                    start_new_session=True,
+                )
             ctl.pid = ctl.process.pid
 
     def wait_ready(self, timeout: float = 90, on_wait=None) -> None:
@@ -274,17 +348,22 @@ class HostControllers:
         while pending:
             for ctl in list(pending):
                 if ctl.process is not None and ctl.process.poll() is not None:
-                    raise UserError(f"controller {ctl.deployment} ({ctl.binary_name}) exited with code "
-                                    f"{ctl.process.returncode} before it was ready: {ctl.tail()}",
-                                    f"full log: {ctl.log}")
+                    raise UserError(
+                        f"controller {ctl.deployment} ({ctl.binary_name}) exited with code "
+                        f"{ctl.process.returncode} before it was ready: {ctl.tail()}",
+                        f"full log: {ctl.log}",
+                    )
                 if ctl.readyz():
                     pending.remove(ctl)
             if not pending:
                 break
             if time.monotonic() > deadline:
                 ctl = pending[0]
-                raise UserError(f"controller {ctl.deployment} ({ctl.binary_name}) not ready within {timeout:.0f}s "
-                                f"(127.0.0.1:{ctl.health_port}/readyz): {ctl.tail()}", f"full log: {ctl.log}")
+                raise UserError(
+                    f"controller {ctl.deployment} ({ctl.binary_name}) not ready within {timeout:.0f}s "
+                    f"(127.0.0.1:{ctl.health_port}/readyz): {ctl.tail()}",
+                    f"full log: {ctl.log}",
+                )
             if on_wait:
                 on_wait([c.deployment for c in pending])
             time.sleep(0.2)
@@ -317,18 +396,40 @@ class HostControllers:
                 conds = {c["type"]: c["status"] for c in pod.get("status", {}).get("conditions", [])}
                 if conds.get("Ready") == "True":
                     continue
-                now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+                now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                 status = {
-                    "phase": "Running", "startTime": now, "podIP": "127.0.0.1", "hostIP": "127.0.0.1",
-                    "conditions": [{"type": t, "status": "True", "lastTransitionTime": now}
-                                   for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
+                    "phase": "Running",
+                    "startTime": now,
+                    "podIP": "127.0.0.1",
+                    "hostIP": "127.0.0.1",
+                    "conditions": [
+                        {"type": t, "status": "True", "lastTransitionTime": now}
+                        for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+                    ],
                     "containerStatuses": [
-                        {"name": c["name"], "image": c["image"], "imageID": "", "ready": True, "started": True,
-                         "restartCount": 0, "state": {"running": {"startedAt": now}}}
-                        for c in pod["spec"]["containers"]],
+                        {
+                            "name": c["name"],
+                            "image": c["image"],
+                            "imageID": "",
+                            "ready": True,
+                            "started": True,
+                            "restartCount": 0,
+                            "state": {"running": {"startedAt": now}},
+                        }
+                        for c in pod["spec"]["containers"]
+                    ],
                 }
-                self.cluster.kubectl("patch", "pod", pod["metadata"]["name"], "-n", self.namespace,
-                                     "--subresource=status", "--type=merge", "-p", json.dumps({"status": status}))
+                self.cluster.kubectl(
+                    "patch",
+                    "pod",
+                    pod["metadata"]["name"],
+                    "-n",
+                    self.namespace,
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    json.dumps({"status": status}),
+                )
                 marked += 1
         return marked
 

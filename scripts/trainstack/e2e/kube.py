@@ -18,8 +18,9 @@ from ..errors import UserError
 class Kubectl:
     """Runs the pinned kubectl; `kubectl()` and `kubectl_json()` match LocalCluster's, so the suite takes either."""
 
-    def __init__(self, kubeconfig: Path | None = None, context: str | None = None,
-                 lock: lockmod.Lock | None = None) -> None:
+    def __init__(
+        self, kubeconfig: Path | None = None, context: str | None = None, lock: lockmod.Lock | None = None
+    ) -> None:
         self.kubeconfig = kubeconfig
         self.context = context
         self.binary = tools.require("kubectl", lock)
@@ -32,10 +33,17 @@ class Kubectl:
             cmd += ["--context", self.context]
         return cmd
 
-    def kubectl(self, *args: str, input_text: str | None = None, check: bool = True,
-                timeout: float = 60) -> subprocess.CompletedProcess:
-        result = subprocess.run([*self.base(), *args], capture_output=True, text=True, input=input_text,
-                                timeout=timeout, env=dict(os.environ))
+    def kubectl(
+        self, *args: str, input_text: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [*self.base(), *args],
+            capture_output=True,
+            text=True,
+            input=input_text,
+            timeout=timeout,
+            env=dict(os.environ),
+        )
         if check and result.returncode != 0:
             lines = [ln for ln in (result.stderr or result.stdout).strip().splitlines() if ln.strip()]
             raise UserError(f"kubectl {' '.join(args[:3])} failed: {lines[-1] if lines else 'no output'}")

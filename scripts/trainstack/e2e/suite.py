@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -66,19 +67,29 @@ class SmokeJob:
     def runtime_kind(self) -> str:
         return self.runtime.get("kind", "ClusterTrainingRuntime")
 
+    labels: dict[str, str] = field(default_factory=dict)
+
     def manifest(self, namespace: str) -> dict[str, Any]:
         return {
-            "apiVersion": f"{GROUP}/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": self.name, "namespace": namespace, "labels": {"trainstack.io/e2e": "smoke"}},
+            "apiVersion": f"{GROUP}/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {
+                "name": self.name,
+                "namespace": namespace,
+                "labels": {"trainstack.io/e2e": "smoke", **self.labels},
+            },
             "spec": {
                 "runtimeRef": {"name": self.runtime_name, "kind": self.runtime_kind, "apiGroup": GROUP},
-                "trainer": {"numNodes": self.num_nodes,
-                            "command": ["python", "-c", "import os; print('trainstack smoke', os.environ.get('HOSTNAME'))"]},
+                "trainer": {
+                    "numNodes": self.num_nodes,
+                    "command": ["python", "-c", "import os; print('trainstack smoke', os.environ.get('HOSTNAME'))"],
+                },
             },
         }
 
 
 # -- facts about runtimes ---------------------------------------------------------------------
+
 
 def pod_specs(runtime: dict[str, Any]) -> list[dict[str, Any]]:
     jobs = (((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
@@ -101,8 +112,12 @@ def node_selector(runtime: dict[str, Any]) -> dict[str, str]:
     labels: dict[str, str] = {}
     for spec in pod_specs(runtime):
         labels.update(spec.get("nodeSelector") or {})
-        terms = ((((spec.get("affinity") or {}).get("nodeAffinity") or {})
-                  .get("requiredDuringSchedulingIgnoredDuringExecution") or {}).get("nodeSelectorTerms") or [])
+        terms = (
+            ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+                "requiredDuringSchedulingIgnoredDuringExecution"
+            )
+            or {}
+        ).get("nodeSelectorTerms") or []
         for term in terms[:1]:
             for expr in term.get("matchExpressions") or []:
                 if expr.get("operator") == "In" and expr.get("values"):
@@ -128,16 +143,29 @@ def expected_env(job: SmokeJob) -> dict[str, str | None]:
     """Env var -> expected value (None: must be present) the controller injects for this runtime's mlPolicy."""
     tj, policies = job.name, ml_policies(job.runtime)
     if "torch" in policies:
-        return {"PET_NNODES": str(job.num_nodes), "PET_NPROC_PER_NODE": None, "PET_NODE_RANK": None,
-                "PET_MASTER_ADDR": f"{tj}-node-0-0.{tj}", "PET_MASTER_PORT": MASTER_PORT}
+        return {
+            "PET_NNODES": str(job.num_nodes),
+            "PET_NPROC_PER_NODE": None,
+            "PET_NODE_RANK": None,
+            "PET_MASTER_ADDR": f"{tj}-node-0-0.{tj}",
+            "PET_MASTER_PORT": MASTER_PORT,
+        }
     if "jax" in policies:
         return {"JAX_NUM_PROCESSES": None, "JAX_PROCESS_ID": None, "JAX_COORDINATOR_ADDRESS": None}
     if "xgboost" in policies:
-        return {"DMLC_TRACKER_URI": f"{tj}-node-0-0.{tj}", "DMLC_TRACKER_PORT": MASTER_PORT, "DMLC_TASK_ID": None,
-                "DMLC_NUM_WORKER": None}
+        return {
+            "DMLC_TRACKER_URI": f"{tj}-node-0-0.{tj}",
+            "DMLC_TRACKER_PORT": MASTER_PORT,
+            "DMLC_TASK_ID": None,
+            "DMLC_NUM_WORKER": None,
+        }
     if "mpi" in policies:
-        return {"OMPI_MCA_orte_default_hostfile": None, "OMPI_MCA_plm_rsh_args": None,
-                "OMPI_MCA_orte_keep_fqdn_hostnames": None, "OMPI_MCA_orte_set_default_slots": None}
+        return {
+            "OMPI_MCA_orte_default_hostfile": None,
+            "OMPI_MCA_plm_rsh_args": None,
+            "OMPI_MCA_orte_keep_fqdn_hostnames": None,
+            "OMPI_MCA_orte_set_default_slots": None,
+        }
     return {}
 
 
@@ -165,8 +193,30 @@ def values_file(env: str) -> Path:
 
 def golden_runtimes(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     key, value = PART_OF
-    return [o for o in objects if o.get("kind") == "ClusterTrainingRuntime"
-            and (o.get("metadata", {}).get("labels") or {}).get(key) == value]
+    return [
+        o
+        for o in objects
+        if o.get("kind") == "ClusterTrainingRuntime" and (o.get("metadata", {}).get("labels") or {}).get(key) == value
+    ]
+
+
+def required_labels(objects: list[dict[str, Any]]) -> dict[str, str]:
+    """Labels the rendered policies require on TrainJobs (when that rule is bound), with value 'e2e'."""
+    bound = {o["spec"].get("policyName") for o in objects if o.get("kind") == "ValidatingAdmissionPolicyBinding"}
+    wanted: dict[str, str] = {}
+    for policy in (o for o in objects if o.get("kind") == "ValidatingAdmissionPolicy"):
+        if policy["metadata"]["name"] not in bound or "requiredLabels" not in json.dumps(policy["spec"]):
+            continue
+        param = (policy["spec"].get("paramKind") or {}).get("kind")
+        for obj in objects:
+            if obj.get("kind") == param and "requiredLabels" in (obj.get("data") or {}):
+                wanted.update({k: "e2e" for k in obj["data"]["requiredLabels"].split(",") if k})
+    return wanted
+
+
+def message_literals(expression: str) -> list[str]:
+    """The fixed text of a CEL messageExpression ('...' + x + '...'), longest first."""
+    return sorted(re.findall(r"'([^']{8,})'", expression or ""), key=len, reverse=True)
 
 
 def is_gpu(runtime: dict[str, Any]) -> bool:
@@ -176,8 +226,15 @@ def is_gpu(runtime: dict[str, Any]) -> bool:
 class Suite:
     """Runs the steps in order against whatever `provider` brings; records a Step for each."""
 
-    def __init__(self, provider: Any, env: str, run_dir: Path, lock: lockmod.Lock | None = None,
-                 keep: bool = False, log: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self,
+        provider: Any,
+        env: str,
+        run_dir: Path,
+        lock: lockmod.Lock | None = None,
+        keep: bool = False,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
         self.provider = provider
         self.env = env
         self.run_dir = run_dir
@@ -189,6 +246,7 @@ class Suite:
         self.rendered: list[dict[str, Any]] = []
         self.jobs: list[SmokeJob] = []
         self.failed_job: SmokeJob | None = None
+        self.job_labels: dict[str, str] = {}
         self.installed = False
 
     # -- bookkeeping ------------------------------------------------------------------------
@@ -210,6 +268,16 @@ class Suite:
             step.seconds = time.monotonic() - start
 
     def plan(self) -> list[tuple[str, Callable[[], str | None]]]:
+        if not self.provider.installs:  # an existing cluster, read-only: check what is there, create nothing
+            return [
+                ("render the chart", self.render_chart),
+                (f"cluster ({self.provider.name})", self.cluster_up),
+                ("CRDs established", self.crds_established),
+                ("controllers and webhooks ready", self.controllers_ready),
+                ("golden runtimes installed", self.runtimes_installed),
+                ("policies installed", self.policies_installed),
+                ("smoke TrainJobs admitted (server dry run)", self.smoke_dry_run),
+            ]
         return [
             ("render the chart", self.render_chart),
             (f"cluster ({self.provider.name})", self.cluster_up),
@@ -224,7 +292,10 @@ class Suite:
             ("pod placement", self.check_placement),
             ("image policy on ':latest'", self.check_policy),
             ("failing pod ends TrainJob Failed", self.check_failure),
-            ("helm uninstall keeps CRDs and TrainJobs", self.uninstall),
+            (
+                "helm uninstall keeps CRDs and TrainJobs",
+                (lambda: "skipped: --keep leaves the release installed") if self.keep else self.uninstall,
+            ),
         ]
 
     def run(self) -> None:
@@ -234,16 +305,18 @@ class Suite:
             try:
                 self.step(name, fn)
             except UserError as err:
-                self.steps += [Step(n) for n, _ in planned[i + 1:]]
+                self.steps += [Step(n) for n, _ in planned[i + 1 :]]
                 raise SuiteFailure(f"{name}: {err.message}", err.hint) from None
 
     # -- steps ------------------------------------------------------------------------------
     def render_chart(self) -> str:
         self.rendered = render(self.env, self.lock)
+        self.job_labels = required_labels(self.rendered)
         runtimes = golden_runtimes(self.rendered)
         if not runtimes:
-            raise SuiteFailure(f"the chart renders no ClusterTrainingRuntime labelled "
-                               f"{PART_OF[0]}={PART_OF[1]} for env {self.env}")
+            raise SuiteFailure(
+                f"the chart renders no ClusterTrainingRuntime labelled {PART_OF[0]}={PART_OF[1]} for env {self.env}"
+            )
         return f"{len(self.rendered)} objects, runtimes: {', '.join(r['metadata']['name'] for r in runtimes)}"
 
     def cluster_up(self) -> str:
@@ -251,18 +324,35 @@ class Suite:
         return self.provider.describe()
 
     def helm_cmd(self, *args: str) -> list[str]:
-        return [str(tools.require("helm", self.lock)), *args, "--kubeconfig", str(self.provider.kubeconfig),
-                *(["--kube-context", self.provider.context] if getattr(self.provider, "context", None) else [])]
+        return [
+            str(tools.require("helm", self.lock)),
+            *args,
+            "--kubeconfig",
+            str(self.provider.kubeconfig),
+            *(["--kube-context", self.provider.context] if getattr(self.provider, "context", None) else []),
+        ]
 
     def install(self) -> str:
-        cmd = self.helm_cmd("install", RELEASE, str(paths.chart_dir()), "-n", NAMESPACE, "--create-namespace",
-                            "-f", str(values_file(self.env)), "--wait", "--timeout", "180s")
+        cmd = self.helm_cmd(
+            "install",
+            RELEASE,
+            str(paths.chart_dir()),
+            "-n",
+            NAMESPACE,
+            "--create-namespace",
+            "-f",
+            str(values_file(self.env)),
+            "--wait",
+            "--timeout",
+            "180s",
+        )
         log_path = self.run_dir / "helm-install.log"
         with log_path.open("w") as sink:
             sink.write("$ " + " ".join(cmd) + "\n")
             sink.flush()
-            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=helm.env(self.lock))
+            proc = subprocess.Popen(
+                cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=helm.env(self.lock)
+            )
             try:
                 notes = self.provider.while_installing(self, proc) or ""
                 rc = proc.wait(timeout=240)
@@ -272,26 +362,31 @@ class Suite:
                 raise
         self.installed = rc == 0 or self.installed
         if rc != 0:
-            raise SuiteFailure(f"helm install failed: {helm.first_error_line(log_path.read_text())}",
-                               f"log: {log_path}")
+            raise SuiteFailure(
+                f"helm install failed: {helm.first_error_line(log_path.read_text())}", f"log: {log_path}"
+            )
         self.installed = True
         return " ".join(cmd[1:9]) + (f"; {notes}" if notes else "")
 
     def crds_established(self) -> str:
         names = [o["metadata"]["name"] for o in self.rendered if o.get("kind") == "CustomResourceDefinition"]
-        self.kube.kubectl("wait", "--for=condition=Established", "--timeout=60s",
-                          *[f"crd/{n}" for n in names], timeout=90)
+        self.kube.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names], timeout=90
+        )
         return f"{len(names)} CRDs"
 
     def controllers_ready(self) -> str:
-        self.kube.kubectl("wait", "--for=condition=Available", "--timeout=90s", "deployment", "--all",
-                          "-n", NAMESPACE, timeout=120)
+        self.kube.kubectl(
+            "wait", "--for=condition=Available", "--timeout=90s", "deployment", "--all", "-n", NAMESPACE, timeout=120
+        )
         # A server-side dry run passes the TrainJob through the mutating and validating webhooks.
-        probe = SmokeJob("webhook-probe", golden_runtimes(self.rendered)[0]).manifest(NAMESPACE)
+        probe = SmokeJob("webhook-probe", golden_runtimes(self.rendered)[0], labels=self.job_labels)
+        probe = probe.manifest(NAMESPACE)
         deadline = time.monotonic() + 30
         while True:
-            result = self.kube.kubectl("create", "--dry-run=server", "-f", "-", input_text=yaml.safe_dump(probe),
-                                       check=False)
+            result = self.kube.kubectl(
+                "create", "--dry-run=server", "-f", "-", input_text=yaml.safe_dump(probe), check=False
+            )
             if result.returncode == 0:
                 break
             if time.monotonic() > deadline:
@@ -319,19 +414,23 @@ class Suite:
         if not rendered:
             return "skipped: the chart renders no ValidatingAdmissionPolicy for this env"
         have = set()
-        for kind in kinds:
-            for item in self.kube.kubectl_json("get", kind.lower() + "s")["items"]:
+        for kind, resource in zip(
+            kinds, ("validatingadmissionpolicies", "validatingadmissionpolicybindings"), strict=False
+        ):
+            for item in self.kube.kubectl_json("get", resource)["items"]:
                 have.add((kind, item["metadata"]["name"]))
         missing = [f"{k}/{n}" for k, n in rendered if (k, n) not in have]
         if missing:
             raise SuiteFailure(f"rendered policies are not in the cluster: {', '.join(missing)}")
-        return f"{sum(1 for k, _ in rendered if k == kinds[0])} policies, " \
-               f"{sum(1 for k, _ in rendered if k == kinds[1])} bindings"
+        return (
+            f"{sum(1 for k, _ in rendered if k == kinds[0])} policies, "
+            f"{sum(1 for k, _ in rendered if k == kinds[1])} bindings"
+        )
 
     def smoke_jobs(self) -> str:
         self.kube.kubectl("create", "namespace", SMOKE_NS, check=False)
         runtimes = [r for r in golden_runtimes(self.rendered)]
-        self.jobs = [SmokeJob(job_name(r["metadata"]["name"]), r) for r in runtimes]
+        self.jobs = [SmokeJob(job_name(r["metadata"]["name"]), r, labels=self.job_labels) for r in runtimes]
         skipped = self.provider.unsupported(self.jobs)
         self.jobs = [j for j in self.jobs if j.name not in skipped]
         self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all([j.manifest(SMOKE_NS) for j in self.jobs]))
@@ -339,22 +438,43 @@ class Suite:
         note = f"; skipped: {', '.join(f'{k} ({v})' for k, v in skipped.items())}" if skipped else ""
         return f"{len(self.jobs)} TrainJobs Complete: {', '.join(j.name for j in self.jobs)}{note}"
 
+    def smoke_dry_run(self) -> str:
+        """Each smoke TrainJob through admission (webhooks, policies) without creating it."""
+        names = []
+        for runtime in golden_runtimes(self.rendered):
+            job = SmokeJob(job_name(runtime["metadata"]["name"]), runtime, labels=self.job_labels)
+            result = self.kube.kubectl(
+                "create", "--dry-run=server", "-f", "-", input_text=yaml.safe_dump(job.manifest("default")), check=False
+            )
+            if result.returncode != 0:
+                raise SuiteFailure(
+                    f"TrainJob {job.name} (runtime {job.runtime_name}) is not admitted: {last_line(result.stderr)}"
+                )
+            names.append(job.name)
+        return f"{len(names)} smoke TrainJobs admitted: {', '.join(names)} (read-only: pass --install to run them)"
+
     def wait_trainjobs(self, expected: dict[str, str], timeout: float) -> dict[str, dict]:
         """Until each named TrainJob has its expected terminal condition; fails on the other one or on timeout."""
         deadline = time.monotonic() + timeout
         last_report = time.monotonic()
         while True:
-            items = {t["metadata"]["name"]: t for t in self.kube.kubectl_json("get", "trainjobs", "-n", SMOKE_NS)["items"]}
+            items = {
+                t["metadata"]["name"]: t for t in self.kube.kubectl_json("get", "trainjobs", "-n", SMOKE_NS)["items"]
+            }
             states = {name: terminal_state(items.get(name)) for name in expected}
             for name, (state, message) in states.items():
                 if state and state != expected[name]:
-                    raise SuiteFailure(f"TrainJob {SMOKE_NS}/{name} ended {state}, expected {expected[name]}: {message}")
+                    raise SuiteFailure(
+                        f"TrainJob {SMOKE_NS}/{name} ended {state}, expected {expected[name]}: {message}"
+                    )
             if all(states[n][0] == want for n, want in expected.items()):
                 return items
             if time.monotonic() > deadline:
                 late = [n for n, want in expected.items() if states[n][0] != want]
-                raise SuiteFailure(f"TrainJobs not {'/'.join(sorted(set(expected.values())))} within {timeout:.0f}s: "
-                                   + ", ".join(f"{n} ({self.why_pending(n)})" for n in late))
+                raise SuiteFailure(
+                    f"TrainJobs not {'/'.join(sorted(set(expected.values())))} within {timeout:.0f}s: "
+                    + ", ".join(f"{n} ({self.why_pending(n)})" for n in late)
+                )
             if time.monotonic() - last_report > 5:
                 done = sum(1 for n, want in expected.items() if states[n][0] == want)
                 self.log(f"  waiting: {done}/{len(expected)} TrainJobs done")
@@ -376,8 +496,9 @@ class Suite:
         return ", ".join(f"{n} pod(s) {p}" for p, n in phases.items())
 
     def _objects(self, kind: str, name: str) -> list[dict[str, Any]]:
-        return self.kube.kubectl_json("get", kind, "-n", SMOKE_NS, "-l",
-                                      f"jobset.sigs.k8s.io/jobset-name={name}")["items"]
+        return self.kube.kubectl_json("get", kind, "-n", SMOKE_NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")[
+            "items"
+        ]
 
     def check_jobsets(self) -> str:
         jobsets = {j["metadata"]["name"]: j for j in self.kube.kubectl_json("get", "jobsets", "-n", SMOKE_NS)["items"]}
@@ -390,7 +511,9 @@ class Suite:
             owners = [o for o in jobset["metadata"].get("ownerReferences", []) if o.get("kind") == "TrainJob"]
             if not owners or owners[0].get("name") != job.name or not owners[0].get("controller"):
                 raise SuiteFailure(f"JobSet {job.name} is not controlled by TrainJob {job.name}")
-            mine = [j for j in jobs if (j["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name]
+            mine = [
+                j for j in jobs if (j["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name
+            ]
             wanted = {rj["name"] for rj in jobset["spec"]["replicatedJobs"]}
             got = {(j["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name") for j in mine}
             if wanted - got:
@@ -405,13 +528,20 @@ class Suite:
             want = expected_env(job)
             if not want:
                 continue
-            mine = [p for p in pods if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name]
-            carriers = [p for p in mine if any(set(want) <= {e["name"] for e in c.get("env") or []}
-                                               for c in p["spec"]["containers"])]
+            mine = [
+                p for p in pods if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name
+            ]
+            carriers = [
+                p
+                for p in mine
+                if any(set(want) <= {e["name"] for e in c.get("env") or []} for c in p["spec"]["containers"])
+            ]
             if not carriers:
                 have = sorted({e["name"] for p in mine for c in p["spec"]["containers"] for e in c.get("env") or []})
-                raise SuiteFailure(f"TrainJob {job.name}: no pod has all of {', '.join(want)} (pods have: "
-                                   f"{', '.join(have) or 'no env'})")
+                raise SuiteFailure(
+                    f"TrainJob {job.name}: no pod has all of {', '.join(want)} (pods have: "
+                    f"{', '.join(have) or 'no env'})"
+                )
             for pod in carriers:
                 for container in pod["spec"]["containers"]:
                     env = {e["name"]: e for e in container.get("env") or []}
@@ -419,8 +549,10 @@ class Suite:
                         continue
                     for var, value in want.items():
                         if value is not None and env[var].get("value") != value:
-                            raise SuiteFailure(f"TrainJob {job.name}: pod {pod['metadata']['name']} has "
-                                               f"{var}={env[var].get('value')!r}, expected {value!r}")
+                            raise SuiteFailure(
+                                f"TrainJob {job.name}: pod {pod['metadata']['name']} has "
+                                f"{var}={env[var].get('value')!r}, expected {value!r}"
+                            )
                     checked += 1
             if "torch" in ml_policies(job.runtime) and len(carriers) != job.num_nodes:
                 raise SuiteFailure(f"TrainJob {job.name}: {len(carriers)} torch pods, expected {job.num_nodes}")
@@ -435,7 +567,9 @@ class Suite:
         pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS)["items"]
         counts = {"gpu": 0, "cpu": 0}
         for job in self.jobs:
-            mine = [p for p in pods if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name]
+            mine = [
+                p for p in pods if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name
+            ]
             wanted = accelerators(job.runtime)
             selector = node_selector(job.runtime)
             for pod in mine:
@@ -447,16 +581,20 @@ class Suite:
                 gpu_node = any("gpu" in k and str(v) not in ("0", "") for k, v in capacity.items())
                 if wanted:
                     if not all(r in capacity for r in wanted):
-                        raise SuiteFailure(f"TrainJob {job.name}: pod {pod['metadata']['name']} on "
-                                           f"{node['metadata']['name']}, which has no {', '.join(sorted(wanted))}")
+                        raise SuiteFailure(
+                            f"TrainJob {job.name}: pod {pod['metadata']['name']} on "
+                            f"{node['metadata']['name']}, which has no {', '.join(sorted(wanted))}"
+                        )
                     bad = {k: v for k, v in selector.items() if labels.get(k) != v}
                     if bad:
                         raise SuiteFailure(f"TrainJob {job.name}: pod on {node['metadata']['name']} lacks labels {bad}")
                     counts["gpu"] += 1
                 else:
                     if gpu_node and self.provider.name == "local":
-                        raise SuiteFailure(f"TrainJob {job.name} (CPU runtime): pod {pod['metadata']['name']} "
-                                           f"landed on GPU node {node['metadata']['name']}")
+                        raise SuiteFailure(
+                            f"TrainJob {job.name} (CPU runtime): pod {pod['metadata']['name']} "
+                            f"landed on GPU node {node['metadata']['name']}"
+                        )
                     counts["cpu"] += 1
         return f"{counts['gpu']} GPU-runtime pods on GPU nodes, {counts['cpu']} CPU-runtime pods on CPU nodes"
 
@@ -468,7 +606,7 @@ class Suite:
             if policy is None:
                 continue
             text = json.dumps(policy["spec"].get("validations", []))
-            if "latest" in text or "image" in policy["metadata"]["name"]:
+            if "latest" in text:
                 out.append((policy, binding))
         return out
 
@@ -483,12 +621,21 @@ class Suite:
         for spec in pod_specs(runtime):
             for container in spec.get("containers", []):
                 image = image or container.get("image")
-        repo = (image or "busybox").split("@")[0].rsplit(":", 1)[0] if ":" in (image or "").split("/")[-1] else (image or "busybox")
-        job = SmokeJob("latest-image", runtime, num_nodes=1).manifest(SMOKE_NS)
+        repo = (
+            (image or "busybox").split("@")[0].rsplit(":", 1)[0]
+            if ":" in (image or "").split("/")[-1]
+            else (image or "busybox")
+        )
+        job = SmokeJob("latest-image", runtime, num_nodes=1, labels=self.job_labels).manifest(SMOKE_NS)
         job["spec"]["trainer"]["image"] = f"{repo}:latest"
         result = self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job), check=False)
         name = policy["metadata"]["name"]
-        messages = [v.get("message") for v in policy["spec"].get("validations", []) if v.get("message")]
+        messages = [v["message"] for v in policy["spec"].get("validations", []) if v.get("message")]
+        messages += [
+            lit
+            for v in policy["spec"].get("validations", [])
+            for lit in message_literals(v.get("messageExpression", ""))[:1]
+        ]
         said = result.stderr
         if "Deny" in actions:
             if result.returncode == 0:
@@ -502,15 +649,19 @@ class Suite:
             if result.returncode != 0:
                 raise SuiteFailure(f"policy {name} only warns here, but the TrainJob was rejected: {last_line(said)}")
             if name not in said or "Warning" not in said:
-                raise SuiteFailure(f"no warning from policy {name} for image {repo}:latest (kubectl said: "
-                                   f"{last_line(said) or 'nothing'})")
+                raise SuiteFailure(
+                    f"no warning from policy {name} for image {repo}:latest (kubectl said: "
+                    f"{last_line(said) or 'nothing'})"
+                )
             return f"warned by {name} (env {self.env} warns, does not deny): {last_line(said)[:160]}"
         return f"skipped: binding {binding['metadata']['name']} only audits ({', '.join(actions)})"
 
     def failing_runtime(self) -> dict[str, Any]:
         """A namespaced copy of the CPU torch runtime whose pods KWOK fails, with no Job retries."""
-        base = next((r for r in golden_runtimes(self.rendered) if "torch" in ml_policies(r) and not is_gpu(r)),
-                    golden_runtimes(self.rendered)[0])
+        base = next(
+            (r for r in golden_runtimes(self.rendered) if "torch" in ml_policies(r) and not is_gpu(r)),
+            golden_runtimes(self.rendered)[0],
+        )
         spec = copy.deepcopy(base["spec"])
         for rj in spec["template"]["spec"]["replicatedJobs"]:
             job_spec = rj.setdefault("template", {}).setdefault("spec", {})
@@ -518,15 +669,19 @@ class Suite:
             meta = job_spec.setdefault("template", {}).setdefault("metadata", {})
             meta.setdefault("labels", {})[FAIL_LABEL] = "true"
         labels = {FRAMEWORK_LABEL: (base["metadata"].get("labels") or {}).get(FRAMEWORK_LABEL, "torch")}
-        return {"apiVersion": f"{GROUP}/v1alpha1", "kind": "TrainingRuntime",
-                "metadata": {"name": "fail-fast", "namespace": SMOKE_NS, "labels": labels}, "spec": spec}
+        return {
+            "apiVersion": f"{GROUP}/v1alpha1",
+            "kind": "TrainingRuntime",
+            "metadata": {"name": "fail-fast", "namespace": SMOKE_NS, "labels": labels},
+            "spec": spec,
+        }
 
     def check_failure(self) -> str:
         if not self.provider.can_fail_pods:
             return f"skipped: {self.provider.name} cannot make pods fail on purpose"
         runtime = self.failing_runtime()
         self.kube.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(runtime))
-        job = SmokeJob("fails", runtime, num_nodes=1, expect="Failed")
+        job = SmokeJob("fails", runtime, num_nodes=1, expect="Failed", labels=self.job_labels)
         self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job.manifest(SMOKE_NS)))
         self.failed_job = job
         items = self.wait_trainjobs({"fails": "Failed"}, timeout=90)
@@ -535,8 +690,13 @@ class Suite:
 
     def uninstall(self) -> str:
         before = {t["metadata"]["name"] for t in self.kube.kubectl_json("get", "trainjobs", "-n", SMOKE_NS)["items"]}
-        result = subprocess.run(self.helm_cmd("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "120s"),
-                                capture_output=True, text=True, env=helm.env(self.lock), timeout=180)
+        result = subprocess.run(
+            self.helm_cmd("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "120s"),
+            capture_output=True,
+            text=True,
+            env=helm.env(self.lock),
+            timeout=180,
+        )
         (self.run_dir / "helm-uninstall.log").write_text(result.stdout + result.stderr)
         if result.returncode != 0:
             raise SuiteFailure(f"helm uninstall failed: {helm.first_error_line(result.stderr or result.stdout)}")

@@ -36,6 +36,7 @@ _KEEP = {"type", "properties", "items", "additionalProperties", "default", "null
 _FORMAT_PATTERNS = {"date-time": formats.CRD_DATETIME_PATTERN, "datetime": formats.CRD_DATETIME_PATTERN,
                     "date": formats.CRD_DATE_PATTERN, "byte": formats.BASE64_PATTERN,
                     "uuid": formats.UUID_PATTERN, "ipv4": formats.IPV4_PATTERN}
+_VERBATIM = {"default", "enum", "x-kubernetes-validations", "x-kubernetes-list-map-keys", "required"}
 _VALUE_KEYS = ("enum", "pattern", "minLength", "maxLength", "minimum", "maximum", "minItems", "maxItems",
                "minProperties", "maxProperties", "multipleOf")
 
@@ -69,7 +70,7 @@ def pinned_crds(lock: lockmod.Lock) -> list[tuple[str, dict]]:
     deps.ensure(lock)
     found: list[tuple[str, dict]] = []
     for path in sorted((paths.chart_dir() / "crds").glob("*.yaml")):
-        found.extend((str(path), d) for d in _crd_docs(path.read_text()))
+        found.extend((f"charts/trainstack/crds/{path.name}", d) for d in _crd_docs(path.read_text()))
     for archive in _chart_archives(lock):
         with tarfile.open(archive) as tar:
             for member in sorted(tar.getmembers(), key=lambda m: m.name):
@@ -78,11 +79,7 @@ def pinned_crds(lock: lockmod.Lock) -> list[tuple[str, dict]]:
                     text = tar.extractfile(member).read().decode()
                     found.extend((f"{archive.name}:{member.name}", d) for d in _crd_docs(text))
     zip_path, label = _argocd_zip(lock)
-    source = lock.source("argocd")
-    actual = chartpack.module_h1(zip_path)
-    if actual != source.sum:
-        raise UserError(f"checksum mismatch for {label}: lock says {source.sum}, the module zip hashes to {actual}",
-                        "do not use this module; check the lock file")
+    verify_zip(zip_path, label, lock.source("argocd").sum)
     with zipfile.ZipFile(zip_path) as archive:
         prefix = f"{label}/manifests/crds/"
         for name in sorted(archive.namelist()):
@@ -91,6 +88,21 @@ def pinned_crds(lock: lockmod.Lock) -> list[tuple[str, dict]]:
     if not found:
         raise UserError("no pinned CRDs were found", "run 'trainstack deps'")
     return found
+
+
+def verify_zip(zip_path: Path, label: str, expected: str) -> None:
+    """Check a module zip against its h1: sum (remembered per zip size and mtime, so it is hashed once)."""
+    stat = zip_path.stat()
+    marker = paths.cache_dir() / "validate" / "verified" / hashlib.sha256(
+        f"{zip_path}:{stat.st_size}:{stat.st_mtime_ns}:{expected}".encode()).hexdigest()
+    if marker.is_file():
+        return
+    actual = chartpack.module_h1(zip_path)
+    if actual != expected:
+        raise UserError(f"checksum mismatch for {label}: lock says {expected}, the module zip hashes to {actual}",
+                        "do not use this module; check the lock file")
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(f"{label} {expected}\n")
 
 
 def _crd_docs(text: str) -> list[dict]:
@@ -139,8 +151,10 @@ def strip(schema: Any) -> Any:
         for key, value in schema.items():
             if key == "properties" and isinstance(value, dict):
                 out[key] = {k: strip(v) for k, v in value.items()}
+            elif key in _VERBATIM:
+                out[key] = value
             elif key in _KEEP or key in _VALUE_KEYS or key in ("format", "exclusiveMinimum", "exclusiveMaximum"):
-                out[key] = strip(value) if key != "default" else value
+                out[key] = strip(value)
         return out
     if isinstance(schema, list):
         return [strip(x) for x in schema]

@@ -22,15 +22,10 @@ from typing import Any
 import yaml
 from yaml._yaml import CParser
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
-from yaml.resolver import BaseResolver
 
 SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "-"
 
-_PLAIN = "!plain"  # resolver result for untagged plain scalars: resolved later, with a cache
-_QUOTED = "tag:yaml.org,2002:str"
-_MAP = "tag:yaml.org,2002:map"
-_SEQ = "tag:yaml.org,2002:seq"
 _ALIAS_LIMIT = 10_000
 
 _MARKER = re.compile(r"^(---|\.\.\.)(?=[ \t\r]|$)", re.M)
@@ -121,6 +116,7 @@ _SPECIAL: dict[str, Any] = {"": None, "~": None, "null": None, "Null": None, "NU
                             "-.inf": -math.inf, "-.Inf": -math.inf, "-.INF": -math.inf}
 _SPECIAL.update(_BOOL)
 _INT64 = (-(2**63), 2**64 - 1)
+_INFINITIES = (math.inf, -math.inf)
 _cache: dict[str, Any] = {}
 
 
@@ -169,18 +165,17 @@ def _resolve_plain(value: str) -> Any:
 
 
 # ----------------------------------------------------------------------------- parsing
-class _Composer(CParser, BaseResolver):
-    """libyaml composer; scalar resolution is deferred to the builder (cached per value)."""
+class _Composer(CParser):
+    """libyaml composer without PyYAML's Python-level resolver calls.
 
-    def __init__(self, stream: str) -> None:
-        CParser.__init__(self, stream)
-        BaseResolver.__init__(self)
+    The resolver hooks are C-level builtins: every untagged node gets a `slice` as its tag, and
+    the builder resolves plain scalars itself (cached per value), which is most of the speed-up
+    over `yaml.CSafeLoader`. Explicit tags stay strings; quoted scalars have a style.
+    """
 
-    def resolve(self, kind, value, implicit):  # noqa: D102 - PyYAML's resolver hook
-        if kind is ScalarNode:
-            return _PLAIN if implicit[0] else _QUOTED
-        return _MAP if kind is MappingNode else _SEQ
-
+    resolve = slice  # (kind, value, implicit) -> a marker object, no Python frame
+    descend_resolver = slice
+    ascend_resolver = tuple
 
 
 class _Builder:
@@ -198,17 +193,7 @@ class _Builder:
     def build(self, node: Node) -> Any:
         cls = node.__class__
         if cls is ScalarNode:
-            tag = node.tag
-            if tag is _PLAIN:
-                value = resolve_plain(node.value)
-                if value is None:
-                    self.has_null = True
-                elif value.__class__ is float and (value != value or value in (math.inf, -math.inf)):
-                    self.bad.append((node, f"{node.value} cannot be represented in JSON"))
-                return value
-            if tag == _QUOTED:
-                return node.value
-            return self._tagged(node)
+            return self._scalar(node)
         key = id(node)
         if key in self.memo:
             self.alias_uses += 1
@@ -220,23 +205,42 @@ class _Builder:
             self.memo[key] = out
             merge = None
             build = self.build
+            scalar = self._scalar
+            cache = _cache
             for k, v in node.value:
                 if k.__class__ is ScalarNode:
-                    if k.tag is _PLAIN:
-                        if k.value == "<<":
-                            merge = (merge or []) + [v]
-                            continue
-                        name = resolve_plain(k.value)
-                        if name.__class__ is not str:
-                            name = _key_string(name)
-                    elif k.tag == _QUOTED:
-                        name = k.value
+                    if k.tag.__class__ is slice:
+                        if k.style == "":
+                            text = k.value
+                            if text == "<<":
+                                merge = (merge or []) + [v]
+                                continue
+                            name = cache[text] if text in cache else resolve_plain(text)
+                            if name.__class__ is not str:
+                                name = _key_string(name)
+                        else:
+                            name = k.value
                     else:
                         name = _key_string(self._tagged(k))
                 else:
                     self.bad.append((k, "a mapping key must be a string, not a collection"))
                     continue
-                out[name] = build(v)
+                if v.__class__ is ScalarNode:
+                    if v.tag.__class__ is slice:
+                        if v.style == "":
+                            text = v.value
+                            value = cache[text] if text in cache else resolve_plain(text)
+                            if value is None:
+                                self.has_null = True
+                            elif value.__class__ is float and (value != value or value in _INFINITIES):
+                                self.bad.append((v, f"{text} cannot be represented in JSON"))
+                            out[name] = value
+                        else:
+                            out[name] = v.value
+                    else:
+                        out[name] = scalar(v)
+                else:
+                    out[name] = build(v)
             if len(out) != len(node.value):
                 if merge is None or len(out) + len(merge) != len(node.value):
                     self.dup_nodes.append(node)
@@ -245,8 +249,21 @@ class _Builder:
             return out
         out_list: list[Any] = []
         self.memo[key] = out_list
-        out_list.extend([self.build(item) for item in node.value])
+        build = self.build
+        out_list.extend([build(item) for item in node.value])
         return out_list
+
+    def _scalar(self, node: ScalarNode) -> Any:
+        if node.tag.__class__ is slice:
+            if node.style != "":
+                return node.value
+            value = resolve_plain(node.value)
+            if value is None:
+                self.has_null = True
+            elif value.__class__ is float and (value != value or value in _INFINITIES):
+                self.bad.append((node, f"{node.value} cannot be represented in JSON"))
+            return value
+        return self._tagged(node)
 
     def _merge(self, out: dict, merges: list[Node]) -> None:
         sources: list[Node] = []
@@ -319,24 +336,56 @@ def split(text: str) -> list[tuple[int, str]]:
     return chunks
 
 
-def parse_text(text: str, file: str) -> list[Document]:
-    """Every non-empty document of a YAML (or JSON) text, in order."""
-    if file.endswith(".json") or (file == STDIN and text.lstrip()[:1] in ("{", "[")):
+def parse_text(text: str, file: str, base_index: int = 0, base_line: int = 0) -> list[Document]:
+    """Every non-empty document of a YAML (or JSON) text, in order.
+
+    A document's index is its position among the file's `---` sections (a comment-only head
+    before the first marker does not count), so parts of one file parsed apart agree.
+    """
+    if base_index == 0 and base_line == 0 and (
+            file.endswith(".json") or (file == STDIN and text.lstrip()[:1] in ("{", "["))):
         parsed = _parse_json(text, file)
         if parsed is not None:
             return parsed
     docs: list[Document] = []
-    if "\t" in text or "\r" in text:
+    if "\r" in text:
         text = text.replace("\r\n", "\n")
-    for offset, chunk in split(text):
+    chunks = split(text)
+    skip = 1 if base_index == 0 and base_line == 0 and len(chunks) > 1 and not chunks[0][1].strip() else 0
+    for number, (offset, chunk) in enumerate(chunks):
         if not chunk.strip():
             continue
-        _parse_chunk(chunk, offset, file, docs)
+        _parse_chunk(chunk, base_line + offset, file, docs, base_index + number - skip)
     return docs
 
 
-def _parse_chunk(chunk: str, offset: int, file: str, docs: list[Document]) -> None:
+def parts(text: str, size: int) -> list[tuple[int, int, str]]:
+    """(first document index, first line offset, text) pieces of about `size` characters, cut at markers."""
+    chunks = split(text)
+    skip = 1 if len(chunks) > 1 and not chunks[0][1].strip() else 0
+    out: list[tuple[int, int, str]] = []
+    start = 0
+    while start < len(chunks):
+        end, length = start, 0
+        while end < len(chunks) and (length < size or end == start):
+            length += len(chunks[end][1])
+            end += 1
+        piece = "".join(chunk for _, chunk in chunks[start:end])
+        if start == 0:
+            out.append((0, 0, piece))
+        else:
+            out.append((start - skip, chunks[start][0], piece))
+        start = end
+    return out
+
+
+def _parse_chunk(chunk: str, offset: int, file: str, docs: list[Document], index: int = -1) -> None:
     composer = _Composer(chunk)
+    first = len(docs)
+
+    def next_index() -> int:
+        return (index + len(docs) - first) if index >= 0 else len(docs)
+
     try:
         while True:
             try:
@@ -345,21 +394,21 @@ def _parse_chunk(chunk: str, offset: int, file: str, docs: list[Document]) -> No
                 mark = err.problem_mark or err.context_mark
                 line = offset + (mark.line if mark else 0) + 1
                 message = " ".join(str(x) for x in (err.context, err.problem) if x) or "invalid YAML"
-                docs.append(Document(file, len(docs), line, None, problems=[
+                docs.append(Document(file, next_index(), line, None, problems=[
                     Problem("yaml-syntax", f"YAML syntax error: {message} (line {line})", "", line)]))
                 return
             except yaml.YAMLError as err:
                 line = offset + 1
-                docs.append(Document(file, len(docs), line, None,
+                docs.append(Document(file, next_index(), line, None,
                                      problems=[Problem("yaml-syntax", f"YAML error: {err}", "", line)]))
                 return
             if node is None:
                 return
-            if isinstance(node, ScalarNode) and node.tag is _PLAIN and node.value == "":
+            if isinstance(node, ScalarNode) and node.tag.__class__ is slice and node.style == "" and not node.value:
                 continue  # an empty document (only comments)
-            docs.append(_build(node, offset, file, len(docs)))
+            docs.append(_build(node, offset, file, next_index()))
     except (RecursionError, MemoryError):
-        docs.append(Document(file, len(docs), offset + 1, None, problems=[
+        docs.append(Document(file, next_index(), offset + 1, None, problems=[
             Problem("yaml-syntax", "the document nests too deeply to be read", "", offset + 1)]))
     finally:
         composer.dispose()
@@ -507,9 +556,9 @@ def read(file: str, stdin_text: str | None = None) -> tuple[str | None, Problem 
         return None, Problem("yaml-syntax", f"the file is not UTF-8 text (byte {err.start}, line {line})", "", line)
 
 
-def documents(file: str, text: str) -> Iterator[Document]:
+def documents(file: str, text: str, base_index: int = 0, base_line: int = 0) -> Iterator[Document]:
     """Parsed documents of one file's text; a v1 List is expanded into its items."""
-    for doc in parse_text(text, file):
+    for doc in parse_text(text, file, base_index, base_line):
         data = doc.data
         if (isinstance(data, dict) and data.get("kind") == "List" and data.get("apiVersion") == "v1"
                 and isinstance(data.get("items"), list) and not doc.problems):

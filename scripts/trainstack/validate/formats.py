@@ -7,6 +7,7 @@ so one module owns every format.
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
@@ -45,6 +46,11 @@ TOTAL_ANNOTATION_SIZE = 256 * 1024
 STANDARD_FINALIZERS = {"orphan", "foregroundDeletion", "kubernetes"}
 
 
+def _q(value: Any) -> str:
+    """A value quoted the way the API server's messages quote it (Go %q)."""
+    return json.dumps(value, ensure_ascii=False)
+
+
 def dns1123_label(value: str) -> list[str]:
     errs = []
     if len(value) > 63:
@@ -78,6 +84,25 @@ def path_segment(value: str) -> list[str]:
     return [f"may not contain '{c}'" for c in ("/", "%") if c in value]
 
 
+_memo: dict[tuple, list[str]] = {}
+
+
+def _memoized(fn):
+    """Names repeat across documents: remember each answer (bounded)."""
+    def wrapper(value: str) -> list[str]:
+        key = (fn, value)
+        found = _memo.get(key)
+        if found is None:
+            found = fn(value)
+            if len(_memo) < 100_000:
+                _memo[key] = found
+        return found
+    wrapper.__doc__ = fn.__doc__
+    wrapper.__name__ = fn.__name__
+    return wrapper
+
+
+@_memoized
 def qualified_name(value: str) -> list[str]:
     """A label or annotation key: [prefix/]name, prefix a DNS subdomain, name <= 63 characters."""
     parts = value.split("/")
@@ -101,6 +126,7 @@ def qualified_name(value: str) -> list[str]:
     return errs
 
 
+@_memoized
 def label_value(value: str) -> list[str]:
     errs = []
     if len(value) > 63:
@@ -130,16 +156,21 @@ NAME_RULES = {
 }
 
 
-def name_rule(kind: str, builtin: bool):
-    return NAME_RULES.get(kind, dns1123_subdomain) if builtin else dns1123_subdomain
+def name_rule(kind: str, builtin: bool, kube_minor: int = 99):
+    """The name check of a kind; Service names are DNS labels from 1.36 (RelaxedServiceNameValidation)."""
+    if not builtin:
+        return dns1123_subdomain
+    if kind == "Service" and kube_minor >= 36:
+        return dns1123_label
+    return NAME_RULES.get(kind, dns1123_subdomain)
 
 
 def _mask_trailing_dash(value: str) -> str:
     return value[:-1] + "a" if len(value) > 1 and value.endswith("-") else value
 
 
-def check_metadata(meta: Any, kind: str, builtin: bool, namespaced: bool, root: bool = True
-                   ) -> list[tuple[str, str, str]]:
+def check_metadata(meta: Any, kind: str, builtin: bool, namespaced: bool, root: bool = True,
+                   name_check=None, kube_minor: int = 99) -> list[tuple[str, str, str]]:
     """(JSON pointer below metadata, message, severity) for what ValidateObjectMeta rejects."""
     out: list[tuple[str, str, str]] = []
     if not isinstance(meta, dict):
@@ -148,19 +179,19 @@ def check_metadata(meta: Any, kind: str, builtin: bool, namespaced: bool, root: 
         return out
     name = meta.get("name")
     generate = meta.get("generateName")
-    rule = name_rule(kind, builtin)
+    rule = name_check or name_rule(kind, builtin, kube_minor)
     if root and not name and not generate:
         out.append(("/name", "metadata.name: Required value: name or generateName is required", "error"))
     if isinstance(generate, str) and generate:
         for msg in (rule(_mask_trailing_dash(generate)) if rule is not path_segment else path_segment(generate)):
-            out.append(("/generateName", f"metadata.generateName: Invalid value: {generate!r}: {msg}", "error"))
+            out.append(("/generateName", f"metadata.generateName: Invalid value: {_q(generate)}: {msg}", "error"))
     if isinstance(name, str) and name:
         for msg in rule(name):
-            out.append(("/name", f"metadata.name: Invalid value: {name!r}: {msg}", "error"))
+            out.append(("/name", f"metadata.name: Invalid value: {_q(name)}: {msg}", "error"))
     namespace = meta.get("namespace")
     if namespaced and isinstance(namespace, str) and namespace:
         for msg in dns1123_label(namespace):
-            out.append(("/namespace", f"metadata.namespace: Invalid value: {namespace!r}: {msg}", "error"))
+            out.append(("/namespace", f"metadata.namespace: Invalid value: {_q(namespace)}: {msg}", "error"))
     out.extend(check_labels(meta.get("labels"), "metadata.labels", "/labels"))
     out.extend(check_annotations(meta.get("annotations"), "metadata.annotations", "/annotations"))
     finalizers = meta.get("finalizers")
@@ -169,10 +200,10 @@ def check_metadata(meta: Any, kind: str, builtin: bool, namespaced: bool, root: 
             if not isinstance(fin, str):
                 continue
             for msg in qualified_name(fin):
-                out.append((f"/finalizers/{i}", f"metadata.finalizers[{i}]: Invalid value: {fin!r}: {msg}",
+                out.append((f"/finalizers/{i}", f"metadata.finalizers[{i}]: Invalid value: {_q(fin)}: {msg}",
                             "error" if builtin else "warning"))
             if "/" not in fin and fin not in STANDARD_FINALIZERS:
-                out.append((f"/finalizers/{i}", f"metadata.finalizers[{i}]: Invalid value: {fin!r}: name is neither "
+                out.append((f"/finalizers/{i}", f"metadata.finalizers[{i}]: Invalid value: {_q(fin)}: name is neither "
                             "a standard finalizer name nor is it fully qualified", "error" if builtin else "warning"))
     return out
 
@@ -184,10 +215,10 @@ def check_labels(labels: Any, where: str, pointer: str) -> list[tuple[str, str, 
     for key, value in labels.items():
         esc = key.replace("~", "~0").replace("/", "~1")
         for msg in qualified_name(key):
-            out.append((f"{pointer}/{esc}", f"{where}: Invalid value: {key!r}: {msg}", "error"))
+            out.append((f"{pointer}/{esc}", f"{where}: Invalid value: {_q(key)}: label key: {msg}", "error"))
         if isinstance(value, str):
             for msg in label_value(value):
-                out.append((f"{pointer}/{esc}", f"{where}: Invalid value: {value!r}: {msg}", "error"))
+                out.append((f"{pointer}/{esc}", f"{where}[{key}]: Invalid value: {_q(value)}: {msg}", "error"))
     return out
 
 
@@ -199,7 +230,7 @@ def check_annotations(annotations: Any, where: str, pointer: str) -> list[tuple[
     for key, value in annotations.items():
         esc = key.replace("~", "~0").replace("/", "~1")
         for msg in qualified_name(key.lower()):
-            out.append((f"{pointer}/{esc}", f"{where}: Invalid value: {key!r}: {msg}", "error"))
+            out.append((f"{pointer}/{esc}", f"{where}: Invalid value: {_q(key)}: annotation key: {msg}", "error"))
         total += len(key.encode()) + (len(value.encode()) if isinstance(value, str) else 0)
     if total > TOTAL_ANNOTATION_SIZE:
         out.append((pointer, f"{where}: Too long: may not be more than {TOTAL_ANNOTATION_SIZE} bytes "

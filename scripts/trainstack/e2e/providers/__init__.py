@@ -51,8 +51,9 @@ class Provider:
 def docker_answers(timeout: float = 10) -> tuple[bool, str]:
     """(True, '') when a Docker engine answers `docker version`, else (False, why)."""
     try:
-        result = subprocess.run(["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True,
-                                text=True, timeout=timeout)
+        result = subprocess.run(
+            ["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, timeout=timeout
+        )
     except FileNotFoundError:
         return False, "no docker command"
     except subprocess.TimeoutExpired:

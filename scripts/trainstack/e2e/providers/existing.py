@@ -22,8 +22,9 @@ class ExistingProvider(Provider):
     name = "existing"
     job_timeout = 1200.0
 
-    def __init__(self, lock: lockmod.Lock | None = None, install: bool = False, context: str | None = None,
-                 reason: str = "") -> None:
+    def __init__(
+        self, lock: lockmod.Lock | None = None, install: bool = False, context: str | None = None, reason: str = ""
+    ) -> None:
         self.lock = lock or lockmod.load()
         self.installs = install
         self.context = context
@@ -39,8 +40,10 @@ class ExistingProvider(Provider):
         self.kube = Kubectl(self.kubeconfig, self.context, lock=self.lock)
         result = self.kube.kubectl("version", "-o", "json", check=False, timeout=20)
         if result.returncode != 0:
-            raise UserError(f"the current context does not answer: {suitemod.last_line(result.stderr)}",
-                            "check 'kubectl config current-context'")
+            raise UserError(
+                f"the current context does not answer: {suitemod.last_line(result.stderr)}",
+                "check 'kubectl config current-context'",
+            )
         nodes = self.kube.kubectl_json("get", "nodes")["items"]
         self.gpu_nodes = sum(1 for n in nodes if any("gpu" in k for k in (n["status"].get("capacity") or {})))
         return self.kube
@@ -48,7 +51,9 @@ class ExistingProvider(Provider):
     def describe(self) -> str:
         assert self.kube is not None
         context = self.context or self.kube.kubectl("config", "current-context", check=False).stdout.strip()
-        return f"context {context or '?'} ({'installing' if self.installs else 'read-only'}, {self.gpu_nodes} GPU nodes)"
+        return (
+            f"context {context or '?'} ({'installing' if self.installs else 'read-only'}, {self.gpu_nodes} GPU nodes)"
+        )
 
     def unsupported(self, jobs: list[Any]) -> dict[str, str]:
         if self.gpu_nodes:

@@ -12,8 +12,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from ... import paths, progress, tools
 from ... import lock as lockmod
+from ... import paths, progress, tools
 from ...errors import UserError
 from .. import suite as suitemod
 from . import Provider, docker_answers
@@ -29,8 +29,11 @@ def needed_images(lock: lockmod.Lock, rendered: list[dict[str, Any]]) -> list[st
         specs = []
         if obj.get("kind") == "Deployment":
             specs.append(obj["spec"]["template"]["spec"])
-        if obj.get("kind") == "ClusterTrainingRuntime" and obj in suitemod.golden_runtimes(rendered) \
-                and not suitemod.is_gpu(obj):
+        if (
+            obj.get("kind") == "ClusterTrainingRuntime"
+            and obj in suitemod.golden_runtimes(rendered)
+            and not suitemod.is_gpu(obj)
+        ):
             specs += suitemod.pod_specs(obj)
         for spec in specs:
             for container in spec.get("initContainers", []) + spec.get("containers", []):
@@ -80,27 +83,44 @@ class KindProvider(Provider):
         self.created = False
 
     def _kind(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run([str(tools.require("kind", self.lock)), *args], capture_output=True, text=True,
-                              timeout=timeout)
+        return subprocess.run(
+            [str(tools.require("kind", self.lock)), *args], capture_output=True, text=True, timeout=timeout
+        )
 
     def up(self, suite: Any) -> Any:
         from ..kube import Kubectl
 
         ok, why = docker_answers()
         if not ok:
-            raise UserError(f"kind provider: no Docker engine answers ({why}); nothing was run",
-                            "start Docker, or use --provider local")
+            raise UserError(
+                f"kind provider: no Docker engine answers ({why}); nothing was run",
+                "start Docker, or use --provider local",
+            )
         images = needed_images(self.lock, suite.rendered)
         node = self.lock.kind_node_image().reference()
         for image in [node, *images]:
             with progress.step(f"image {image}"):
                 ok, why = image_available(image)
             if not ok:
-                raise UserError(f"kind provider: image {image} cannot be had here ({why}); nothing was run",
-                                "pre-pull or load the images (air-gapped: mirror them), or use --provider local")
+                raise UserError(
+                    f"kind provider: image {image} cannot be had here ({why}); nothing was run",
+                    "pre-pull or load the images (air-gapped: mirror them), or use --provider local",
+                )
         config = paths.repo_root() / CONFIG
-        result = self._kind("create", "cluster", "--name", CLUSTER, "--config", str(config), "--image", node,
-                            "--kubeconfig", str(self.kubeconfig), "--wait", "180s")
+        result = self._kind(
+            "create",
+            "cluster",
+            "--name",
+            CLUSTER,
+            "--config",
+            str(config),
+            "--image",
+            node,
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--wait",
+            "180s",
+        )
         self.created = True
         if result.returncode != 0:
             raise UserError(f"kind create cluster failed: {suitemod.last_line(result.stderr)}")

@@ -11,24 +11,24 @@ reach them, and says so in its result. Pods never run: KWOK completes (or fails)
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
-from ... import paths, progress, tools
 from ... import lock as lockmod
+from ... import paths, progress, tools
 from ...cluster.local import GPU_RESOURCE, PORT_NAMES, LocalCluster, NodePool, pid_alive, stop_pids
 from ...errors import UserError
 from .. import suite as suitemod
 from ..hostcontrollers import CONTROLLER_IMAGES, HostControllers
 from . import Provider
 
-STATE = "kept.json"
 
-
-def state_file() -> Path:
-    return paths.cache_dir() / "e2e" / STATE
+def state_dir() -> Path:
+    return paths.cache_dir() / "e2e" / "state"
 
 
 def pools_for(runtimes: list[dict[str, Any]]) -> list[NodePool]:
@@ -76,8 +76,14 @@ class LocalProvider(Provider):
     can_fail_pods = True
     job_timeout = 120.0
 
-    def __init__(self, run_dir: Path, lock: lockmod.Lock | None = None, port_base: int | None = None,
-                 controller_args: dict[str, list[str]] | None = None, reason: str = "") -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        lock: lockmod.Lock | None = None,
+        port_base: int | None = None,
+        controller_args: dict[str, list[str]] | None = None,
+        reason: str = "",
+    ) -> None:
         self.run_dir = run_dir
         self.lock = lock or lockmod.load()
         self.port_base = port_base
@@ -90,10 +96,15 @@ class LocalProvider(Provider):
         for binary in controller_binaries(suite.rendered, self.lock):  # a missing one fails before anything starts
             tools.require(binary, self.lock)
         pools = pools_for(suitemod.golden_runtimes(suite.rendered))
-        self.cluster = LocalCluster(name=f"trainstack-e2e-{self.run_dir.name[-6:]}", workdir=self.run_dir / "kwok",
-                                    pools=pools, port_base=self.port_base,
-                                    cert_sans=(f"*.{suitemod.NAMESPACE}.svc",),
-                                    host_namespaces=(suitemod.NAMESPACE,), lock=self.lock)
+        self.cluster = LocalCluster(
+            name=f"trainstack-e2e-{self.run_dir.name[-6:]}",
+            workdir=self.run_dir / "kwok",
+            pools=pools,
+            port_base=self.port_base,
+            cert_sans=(f"*.{suitemod.NAMESPACE}.svc",),
+            host_namespaces=(suitemod.NAMESPACE,),
+            lock=self.lock,
+        )
         self._save_state()
         self.cluster.start()
         self.kubeconfig = self.cluster.kubeconfig
@@ -102,17 +113,22 @@ class LocalProvider(Provider):
 
     def describe(self) -> str:
         assert self.cluster is not None
-        pools = ", ".join(f"{p.name}: {p.count} nodes"
-                          + (f" {','.join(f'{k}={v}' for k, v in p.extended.items())}" if p.extended else "")
-                          + (f" labels {p.labels}" if p.labels else "")
-                          + (f" taints {[t['key'] + ':' + t['effect'] for t in p.taints]}" if p.taints else "")
-                          for p in self.cluster.pools)
+        pools = ", ".join(
+            f"{p.name}: {p.count} nodes"
+            + (f" {','.join(f'{k}={v}' for k, v in p.extended.items())}" if p.extended else "")
+            + (f" labels {p.labels}" if p.labels else "")
+            + (f" taints {[t['key'] + ':' + t['effect'] for t in p.taints]}" if p.taints else "")
+            for p in self.cluster.pools
+        )
         return f"kube-apiserver {self.cluster.server()}; {pools}"
 
     def while_installing(self, suite: Any, proc: subprocess.Popen) -> str:
         assert self.cluster is not None
-        wanted = {(o["kind"], o["metadata"]["name"]) for o in suite.rendered
-                  if o.get("kind") in ("Deployment", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")}
+        wanted = {
+            (o["kind"], o["metadata"]["name"])
+            for o in suite.rendered
+            if o.get("kind") in ("Deployment", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+        }
         deadline = time.monotonic() + 120
         while True:  # helm creates every object, then waits: start the controllers once they exist
             if proc.poll() is not None:
@@ -130,8 +146,13 @@ class LocalProvider(Provider):
                 raise UserError(f"helm install has not created {sorted(wanted - have)} within 120s")
             time.sleep(0.3)
         base = None if self.port_base is None else self.port_base + len(PORT_NAMES)
-        self.controllers = HostControllers(self.cluster, suitemod.NAMESPACE, self.run_dir / "controllers",
-                                           port_base=base, extra_args=self.controller_args)
+        self.controllers = HostControllers(
+            self.cluster,
+            suitemod.NAMESPACE,
+            self.run_dir / "controllers",
+            port_base=base,
+            extra_args=self.controller_args,
+        )
         self.controllers.prepare()
         changed = self.controllers.point_webhooks_here()
         self.controllers.start()
@@ -145,11 +166,15 @@ class LocalProvider(Provider):
 
         self.controllers.wait_ready(timeout=90, on_wait=waiting)
         self.controllers.start_kubelet()
-        running = ", ".join(f"{c.deployment} ({c.binary_name}, pid {c.pid}, webhook 127.0.0.1:{c.webhook_port})"
-                            for c in self.controllers.controllers)
+        running = ", ".join(
+            f"{c.deployment} ({c.binary_name}, pid {c.pid}, webhook 127.0.0.1:{c.webhook_port})"
+            for c in self.controllers.controllers
+        )
         services = sum(1 for c in changed if c.startswith("service/"))
-        return (f"adapted for local controllers: {services} webhook Service(s) -> ExternalName 127.0.0.1, "
-                f"{len(changed) - services} webhook configuration(s) -> local port + CA bundle; running {running}")
+        return (
+            f"adapted for local controllers: {services} webhook Service(s) -> ExternalName 127.0.0.1, "
+            f"{len(changed) - services} webhook configuration(s) -> local port + CA bundle; running {running}"
+        )
 
     def after_uninstall(self, suite: Any) -> None:
         if self.controllers is not None:
@@ -171,24 +196,33 @@ class LocalProvider(Provider):
             out.update(self.controllers.pids())
         return out
 
-    def _save_state(self) -> None:
+    def state_file(self) -> Path:
+        return state_dir() / f"{self.run_dir.name}.json"
+
+    def _save_state(self, kept: bool = False) -> None:
+        """What `trainstack e2e down` needs to stop this cluster if we keep it or die before teardown."""
         if self.cluster is None:
             return
-        path = state_file()
+        path = self.state_file()
         path.parent.mkdir(parents=True, exist_ok=True)
-        state = {"cluster": self.cluster.name, "workdir": str(self.cluster.workdir), "run_dir": str(self.run_dir),
-                 "kubeconfig": str(self.cluster.kubeconfig), "controllers": self.controllers.pids() if self.controllers else {},
-                 "kept": False}
+        state = {
+            "cluster": self.cluster.name,
+            "workdir": str(self.cluster.workdir),
+            "run_dir": str(self.run_dir),
+            "kubeconfig": str(self.cluster.kubeconfig),
+            "owner_pid": os.getpid(),
+            "kept": kept,
+            "controllers": self.controllers.pids() if self.controllers else {},
+        }
         path.write_text(json.dumps(state, indent=2))
 
     def down(self, keep: bool) -> str:
         if keep and self.cluster is not None:
-            self._save_state()
-            state = json.loads(state_file().read_text())
-            state["kept"] = True
-            state_file().write_text(json.dumps(state, indent=2))
-            return (f"kept: export KUBECONFIG={self.cluster.kubeconfig}; kubectl get nodes,trainjobs -A; "
-                    f"delete it with 'trainstack e2e down'")
+            self._save_state(kept=True)
+            return (
+                f"kept: export KUBECONFIG={self.cluster.kubeconfig}; kubectl get nodes,trainjobs -A; "
+                f"remove it with 'trainstack e2e down'"
+            )
         pids = self.pids()
         if self.controllers is not None:
             self.controllers.stop()
@@ -196,32 +230,32 @@ class LocalProvider(Provider):
             self.cluster.stop(remove=False)
         stop_pids(list(pids.values()))
         left = [f"{name} (pid {pid})" for name, pid in pids.items() if pid_alive(pid)]
-        try:
-            state_file().unlink()
-        except FileNotFoundError:
-            pass
+        self.state_file().unlink(missing_ok=True)
         if left:
             raise UserError(f"processes still running after teardown: {', '.join(left)}")
         return f"stopped {len(pids)} processes"
 
 
 def down_kept() -> str:
-    """`trainstack e2e down`: stop what a `--keep` run (or an interrupted one) left, by its recorded pids."""
-    path = state_file()
-    if not path.is_file():
-        return "nothing to stop: no local e2e cluster is recorded"
-    state = json.loads(path.read_text())
-    cluster = LocalCluster(name=state["cluster"], workdir=Path(state["workdir"]))
-    cluster.started = True
-    pids = list(cluster.pids().values()) + [int(p) for p in state.get("controllers", {}).values()]
-    stop_pids([int(p) for p in state.get("controllers", {}).values()])
-    cluster.stop(remove=False)
-    stop_pids(pids)
-    left = [p for p in pids if pid_alive(p)]
-    if left:
-        raise UserError(f"could not stop pids {left} of local cluster {state['cluster']}")
-    import shutil
-
-    shutil.rmtree(state.get("run_dir") or state["workdir"], ignore_errors=True)
-    path.unlink()
-    return f"stopped local cluster {state['cluster']} ({len(pids)} processes) and removed {state.get('run_dir')}"
+    """`trainstack e2e down`: stop the clusters kept with --keep (or left by a run that died), by recorded pid."""
+    stopped = []
+    for path in sorted(state_dir().glob("*.json")) if state_dir().is_dir() else []:
+        state = json.loads(path.read_text())
+        if not state.get("kept") and pid_alive(int(state.get("owner_pid", 0) or 0)):
+            continue  # a run in progress tears itself down
+        cluster = LocalCluster(name=state["cluster"], workdir=Path(state["workdir"]))
+        cluster.started = True
+        controllers = [int(p) for p in state.get("controllers", {}).values()]
+        pids = list(cluster.pids().values()) + controllers
+        stop_pids(controllers)
+        cluster.stop(remove=False)
+        stop_pids(pids)
+        left = [p for p in pids if pid_alive(p)]
+        if left:
+            raise UserError(f"could not stop pids {left} of local cluster {state['cluster']}")
+        shutil.rmtree(state["run_dir"], ignore_errors=True)
+        path.unlink()
+        stopped.append(f"{state['cluster']} ({len(pids)} processes)")
+    if not stopped:
+        return "nothing to stop: no kept local e2e cluster"
+    return f"stopped and removed: {', '.join(stopped)}"

@@ -1,0 +1,78 @@
+"""`trainstack bench [PART ...]`: benchmarks; each part writes bench/results/<part>.json.
+
+Parts register here by name as "module:function" (imported only when run), so adding one is a
+one-line edit. A part function takes the parsed arguments and returns a JSON-able dict; the
+result file also records when, where and with which lock it ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import platform
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from . import paths, progress
+from .errors import UserError
+
+# name -> "module:function"
+PARTS: dict[str, str] = {
+    "validate": "trainstack.validate.bench:run",
+    "e2e": "trainstack.e2e.bench:run",
+}
+
+
+def results_dir() -> Path:
+    return paths.repo_root() / "bench" / "results"
+
+
+def run_part(name: str, args: argparse.Namespace) -> dict[str, Any]:
+    module, _, func = PARTS[name].partition(":")
+    fn = getattr(importlib.import_module(module), func)
+    start = time.monotonic()
+    result = fn(args)
+    record = {
+        "part": name,
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "wall_seconds": round(time.monotonic() - start, 1),
+        **result,
+    }
+    out = results_dir() / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, out)
+    return record
+
+
+def run(args: argparse.Namespace) -> int:
+    names = args.parts or list(PARTS)
+    unknown = [n for n in names if n not in PARTS]
+    if unknown:
+        raise UserError(f"unknown bench part(s): {', '.join(unknown)}", f"known: {', '.join(PARTS)}", exit_code=2)
+    rows = []
+    for name in names:
+        record = run_part(name, args)
+        rows.append(
+            (name, f"{record['wall_seconds']:.1f}", record.get("summary", ""), str(results_dir() / f"{name}.json"))
+        )
+    progress.table("trainstack bench", ["part", "seconds", "result", "file"], rows)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("bench", help="benchmarks; results in bench/results/<part>.json")
+    parser.add_argument("parts", nargs="*", help=f"parts to run (default all): {', '.join(PARTS)}")
+    parser.add_argument("--runs", type=int, default=1, help="repetitions where a part supports it (default 1)")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="e2e: also time a cold build of the local provider's binaries (tens of minutes)",
+    )
+    parser.set_defaults(func=run)

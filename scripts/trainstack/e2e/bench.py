@@ -1,0 +1,102 @@
+"""The `e2e` bench part: the warm time of `make e2e` with the local provider.
+
+Warm means the pinned binaries are built; the clock covers everything after that: `make e2e`
+(its setup check, rendering, the local cluster, helm install, the controllers, all smoke TrainJobs
+Complete, uninstall and teardown). `--cold` also times building every binary the local provider needs
+into an empty tool cache and an empty Go build cache (module downloads stay cached); without it the
+build times the tool cache recorded, if any, are reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import lock as lockmod
+from .. import paths, tools
+from ..errors import UserError
+
+GOAL_SECONDS = 90.0
+LOCAL_TOOLS = ("kubernetes", "etcd", "kwok", "helm", "trainer-controller", "jobset-controller")
+
+
+def recorded_build_seconds(lock: lockmod.Lock) -> dict[str, float | None]:
+    """Build seconds per tool as the tool cache recorded them (the stamp's `seconds`), None when not recorded."""
+    out: dict[str, float | None] = {}
+    for name in LOCAL_TOOLS:
+        stamp = tools.tool_dir(lock.tool(name)) / tools.STAMP
+        try:
+            seconds = json.loads(stamp.read_text()).get("seconds")
+        except (OSError, ValueError):
+            seconds = None
+        out[name] = round(float(seconds), 1) if isinstance(seconds, (int, float)) else None
+    return out
+
+
+def cold_build(lock: lockmod.Lock) -> dict[str, Any]:
+    """Build every tool the local provider needs into an empty tool cache and an empty Go build cache
+    (module downloads stay cached: it measures compiling, not the network). Slow: tens of minutes."""
+    with tempfile.TemporaryDirectory(prefix="trainstack-cold-") as tmp:
+        env = dict(os.environ, TRAINSTACK_CACHE=str(Path(tmp) / "cache"), GOCACHE=str(Path(tmp) / "go-build"))
+        start = time.monotonic()
+        result = subprocess.run(
+            [sys.executable, "-m", "trainstack", "tools", "install", *LOCAL_TOOLS],
+            cwd=paths.repo_root(),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=4 * 3600,
+        )
+        seconds = time.monotonic() - start
+    if result.returncode != 0:
+        lines = [ln for ln in (result.stderr or result.stdout).strip().splitlines() if ln.strip()]
+        raise UserError(f"cold build failed: {lines[-1] if lines else result.returncode}")
+    return {"cold_build_seconds": round(seconds, 1), "cold_build_tools": list(LOCAL_TOOLS)}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    lock = lockmod.load()
+    runs = []
+    steps: list[dict[str, Any]] = []
+    for _ in range(max(1, getattr(args, "runs", 1))):
+        with tempfile.TemporaryDirectory() as tmp:
+            summary = Path(tmp) / "summary.json"
+            env = dict(os.environ, TRAINSTACK_E2E_SUMMARY=str(summary))
+            start = time.monotonic()
+            result = subprocess.run(
+                ["make", "e2e", "PROVIDER=local", "ENV=dev"],
+                cwd=paths.repo_root(),
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=1800,
+            )
+            seconds = time.monotonic() - start
+            if result.returncode != 0:
+                lines = [ln for ln in (result.stderr or result.stdout).strip().splitlines() if ln.strip()]
+                raise UserError(f"make e2e failed during the bench: {lines[-1] if lines else result.returncode}")
+            runs.append(round(seconds, 1))
+            if summary.is_file():
+                steps = json.loads(summary.read_text()).get("steps", [])
+    recorded = recorded_build_seconds(lock)
+    warm = statistics.median(runs)
+    cold = cold_build(lock) if getattr(args, "cold", False) else {}
+    cold_text = f"; cold build {cold['cold_build_seconds']:.0f}s" if cold else "; cold build: run with --cold"
+    return {
+        "summary": f"warm make e2e {warm:.1f}s (goal < {GOAL_SECONDS:.0f}s){cold_text}",
+        **cold,
+        "warm_seconds": warm,
+        "warm_runs_seconds": runs,
+        "goal_seconds": GOAL_SECONDS,
+        "meets_goal": warm < GOAL_SECONDS,
+        "steps": steps,
+        "recorded_build_seconds_by_tool": recorded,
+    }

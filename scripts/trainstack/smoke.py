@@ -1,0 +1,506 @@
+"""`trainstack smoke train`: a real torch DDP run, launched the way Kubeflow Trainer launches it.
+
+Each "node" is one torchrun process started with exactly the PET_* variables the Trainer
+controller injects into a TrainJob's `node` pods (torch plugin, v2.3.0), so what is tested here
+is the contract between the golden torch runtimes and a training script: two CPU nodes with one
+process each by default, or one node with every local GPU (`--gpu`). The only difference from a
+cluster: PET_MASTER_ADDR is 127.0.0.1 instead of the headless-Service name of pod 0.
+
+torch's rendezvous store listens on every interface, so when the kernel allows it the nodes run
+in a private network namespace that has only a loopback interface.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import math
+import os
+import re
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import Any
+
+from . import paths, progress
+from .errors import UsageError, UserError
+
+# Upstream constants (pkg/constants/constants.go, v2.3.0).
+CONTAINER_TRAINER_PORT = 29500
+NODE = "node"
+PET_NNODES = "PET_NNODES"
+PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
+PET_NODE_RANK = "PET_NODE_RANK"
+PET_MASTER_ADDR = "PET_MASTER_ADDR"
+PET_MASTER_PORT = "PET_MASTER_PORT"
+
+LOCAL_MASTER_ADDR = "127.0.0.1"
+MASTER_ADDR_NOTE = ("PET_MASTER_ADDR is 127.0.0.1 on this machine; in a cluster the controller sets "
+                    "<trainjob>-node-0-0.<trainjob> (pod 0 behind the JobSet's headless Service)")
+STOP_GRACE_S = 10.0
+
+
+# ---- the controller's rules -----------------------------------------------------------------------
+
+_SUFFIXES = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+             "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+
+
+def quantity(value: object, where: str = "quantity") -> Decimal:
+    """A Kubernetes resource quantity ('2', '500m', '2.5', 1) as a Decimal."""
+    text = str(value).strip()
+    match = re.fullmatch(r"([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)", text)
+    if not match or match.group(2) not in _SUFFIXES:
+        raise UserError(f"{where}: {value!r} is not a Kubernetes quantity (e.g. 2, 500m, 1.5)")
+    try:
+        return Decimal(match.group(1)) * Decimal(_SUFFIXES[match.group(2)])
+    except InvalidOperation as err:
+        raise UserError(f"{where}: {value!r} is not a Kubernetes quantity") from err
+
+
+def _value(q: Decimal) -> int:
+    """resource.Quantity.Value(): the integer value, rounded up."""
+    return math.ceil(q)
+
+
+def gpus_per_node(resources: dict) -> int:
+    """runtime.GetNumGPUPerNode: a resource whose name contains 'gpu', from requests, else limits."""
+    def count(section: str) -> int:
+        for name, value in (resources.get(section) or {}).items():
+            if "gpu" in str(name).lower():
+                return _value(quantity(value, f"resources.{section}.{name}"))
+        return 0
+    return count("requests") or count("limits")
+
+
+def cpus_per_node(resources: dict) -> int:
+    """torch plugin getNumCPUPerNode: the CPU request, else the CPU limit, rounded up; 0 when neither."""
+    request = (resources.get("requests") or {}).get("cpu")
+    limit = (resources.get("limits") or {}).get("cpu")
+    if request is not None and quantity(request, "resources.requests.cpu") != 0:
+        return _value(quantity(request, "resources.requests.cpu"))
+    if limit is not None:
+        return _value(quantity(limit, "resources.limits.cpu"))
+    return 0
+
+
+def nproc_per_node(resources: dict, num_proc_per_node: int | None = None) -> str:
+    """PET_NPROC_PER_NODE: trainer.numProcPerNode if set; else 'auto', which on a node without GPUs
+    becomes max(1, CPUs) (torchrun resolves 'auto' to the GPU count on GPU nodes)."""
+    if num_proc_per_node is not None:
+        return str(num_proc_per_node)
+    if gpus_per_node(resources) == 0:
+        return str(max(1, cpus_per_node(resources)))
+    return "auto"
+
+
+def pet_env(trainjob: str, num_nodes: int, node_rank: int, resources: dict | None = None,
+            num_proc_per_node: int | None = None, master_addr: str | None = None,
+            master_port: int = CONTAINER_TRAINER_PORT) -> dict[str, str]:
+    """The PET_* variables the Trainer controller injects into container `node` of pod `node_rank`.
+
+    `resources` is the node's ResourceRequirements ({"requests": {...}, "limits": {...}}): the
+    TrainJob's resourcesPerNode, else the runtime's node container. PET_NODE_RANK is the Job
+    completion index in a cluster. `master_addr` replaces the headless-Service name off-cluster.
+    """
+    if num_nodes < 1 or not 0 <= node_rank < num_nodes:
+        raise UserError(f"node rank {node_rank} is outside a TrainJob of {num_nodes} node(s)")
+    return {
+        PET_NNODES: str(num_nodes),
+        PET_NPROC_PER_NODE: nproc_per_node(resources or {}, num_proc_per_node),
+        PET_NODE_RANK: str(node_rank),
+        PET_MASTER_ADDR: master_addr or f"{trainjob}-{NODE}-0-0.{trainjob}",
+        PET_MASTER_PORT: str(master_port),
+    }
+
+
+# ---- running the nodes ----------------------------------------------------------------------------
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((LOCAL_MASTER_ADDR, 0))
+        return sock.getsockname()[1]
+
+
+def _unshare_argv() -> list[str] | None:
+    """The command prefix that runs a process in a new network namespace, or None if not allowed here."""
+    binary = shutil.which("unshare")
+    if binary is None or not sys.platform.startswith("linux"):
+        return None
+    argv = [binary, "--net"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
+    try:
+        probe = subprocess.run([*argv, "true"], check=False, capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return argv if probe.returncode == 0 else None
+
+
+def _loopback_up() -> None:
+    """Bring up `lo` in a fresh network namespace (SIOCGIFFLAGS/SIOCSIFFLAGS, no iproute2 needed)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, 0x8913, request))[1]
+        fcntl.ioctl(sock, 0x8914, struct.pack("16sH14x", b"lo", flags | 0x1))
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def launch(spec: dict) -> dict:
+    """Start every node, wait for all; once one fails, give the rest STOP_GRACE_S, then stop them.
+
+    A node's environment is this process's, without any PET_* variable, plus the node's own `env`.
+    Each node runs in its own process group, so stopping it also stops its torchrun workers.
+    """
+    if spec.get("netns"):
+        _loopback_up()
+    started = time.monotonic()
+    procs: list[subprocess.Popen] = []
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith("PET_") and k != "TRAINSTACK_OUTPUT_DIR"}
+    for node in spec["nodes"]:
+        with open(node["stdout"], "wb") as out, open(node["stderr"], "wb") as err:
+            procs.append(subprocess.Popen(node["argv"], env={**inherited, **node["env"]}, cwd=spec["cwd"],
+                                          stdout=out, stderr=err,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
+
+    def stop(proc: subprocess.Popen) -> None:
+        for sig in (signal.SIGTERM, signal.SIGKILL):
+            if proc.poll() is not None:
+                return
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    stopped: set[int] = set()
+    first_failure: int | None = None
+    failed_at: float | None = None
+    timed_out = False
+    try:
+        while any(p.poll() is None for p in procs):
+            now = time.monotonic()
+            for i, proc in enumerate(procs):
+                if first_failure is None and proc.poll() not in (None, 0):
+                    first_failure, failed_at = i, now
+            if now - started > spec["timeout"]:
+                timed_out = True
+            if timed_out or (failed_at is not None and now - failed_at > STOP_GRACE_S):
+                for i, proc in enumerate(procs):
+                    if proc.poll() is None:
+                        stopped.add(i)
+                        stop(proc)
+            time.sleep(0.1)
+    except KeyboardInterrupt:
+        for i, proc in enumerate(procs):
+            stopped.add(i)
+            stop(proc)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    for i, proc in enumerate(procs):
+        if first_failure is None and proc.returncode != 0 and i not in stopped:
+            first_failure = i
+    return {"exit_codes": [p.returncode for p in procs], "stopped": sorted(stopped), "timed_out": timed_out,
+            "first_failure": first_failure, "wall_s": round(time.monotonic() - started, 3)}
+
+
+def _launch_isolated(spec: dict, workdir: Path, unshare: list[str] | None) -> dict:
+    """Run `launch` here, or in a child process inside a new network namespace."""
+    if unshare is None:
+        return launch(spec)
+    spec_path, result_path = workdir / "launch.json", workdir / "launch-result.json"
+    spec_path.write_text(json.dumps({**spec, "netns": True}))
+    child = subprocess.Popen([*unshare, sys.executable, "-m", "trainstack.smoke", str(spec_path), str(result_path)],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                                 str(paths.PACKAGE_DIR.parent), os.environ.get("PYTHONPATH")]))})
+    try:
+        output, _ = child.communicate(timeout=spec["timeout"] + 4 * STOP_GRACE_S)
+    except (KeyboardInterrupt, subprocess.TimeoutExpired) as err:
+        child.send_signal(signal.SIGTERM)  # the launcher stops its nodes on SIGTERM
+        try:
+            child.wait(timeout=3 * STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+        if isinstance(err, KeyboardInterrupt):
+            raise
+        raise UserError(f"the node launcher did not return within {spec['timeout']}s", f"logs: {workdir}") from err
+    if child.returncode != 0 or not result_path.is_file():
+        tail = (output or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
+        raise UserError(f"the node launcher failed in its network namespace: {tail[0]}",
+                        "run with --network host to skip the namespace")
+    return json.loads(result_path.read_text())
+
+
+# ---- probing torch, reading results ---------------------------------------------------------------
+
+_PROBE = ("import json, warnings; warnings.filterwarnings('ignore'); import torch, torch.distributed as d; "
+          "print(json.dumps({'torch': torch.__version__, 'cuda': torch.cuda.is_available(), "
+          "'gpus': torch.cuda.device_count() if torch.cuda.is_available() else 0, "
+          "'gloo': d.is_available() and d.is_gloo_available(), "
+          "'nccl': d.is_available() and d.is_nccl_available()}))")
+
+
+def probe_torch(python: str) -> dict:
+    """What torch `python` has; a clear error when it has none."""
+    try:
+        result = subprocess.run([python, "-c", _PROBE], check=False, capture_output=True, text=True, timeout=300)
+    except OSError as err:
+        raise UserError(f"cannot run Python interpreter {python}: {err.strerror}") from err
+    if result.returncode != 0:
+        lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()] or ["no output"]
+        if "No module named 'torch'" in result.stderr:
+            raise UserError(f"torch is not installed for {python}",
+                            "'make smoke-train' installs it, as does 'trainstack smoke install'")
+        raise UserError(f"torch does not import in {python}: {lines[-1].strip()}",
+                        "reinstall it with 'trainstack smoke install'")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def read_events(path: Path) -> list[dict]:
+    events = []
+    if path.is_file():
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+    return events
+
+
+_NOISE = re.compile(r"^(Traceback|  File |    |\[rank\d+\]:|W\d{4} |I\d{4} |E\d{4} |\*+$|=+$|-+$|Root Cause|"
+                    r"Failures:|  <NO_OTHER_FAILURES>|  time +:|  host +:|  rank +:|  exitcode +:|  error_file|"
+                    r"  traceback +:|torch\.distributed\.elastic|\[\d+\]:|To enable traceback|.*warnings\.warn|"
+                    r".*UserWarning|  cpu = _conversion)")
+
+
+def failure_lines(node: dict, count: int = 3) -> str:
+    """The last lines of a node's log that say what went wrong, without torchrun's failure banner."""
+    text = Path(node["stderr"]).read_text(errors="replace") + Path(node["stdout"]).read_text(errors="replace")
+    lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
+    useful = [ln.strip() for ln in lines if not _NOISE.match(ln) and not ln.startswith("{")]
+    chosen = useful[-count:] or [ln.strip() for ln in lines[-count:]] or ["(empty log)"]
+    return " | ".join(chosen)
+
+
+def check_checkpoint(python: str, checkpoint: Path) -> dict:
+    """Load the checkpoint in a fresh process through the training script's own loader."""
+    code = ("import json, sys, warnings; warnings.filterwarnings('ignore'); sys.path.insert(0, sys.argv[1]); "
+            "import torch, train_ddp; s = train_ddp.load_checkpoint(sys.argv[2]); "
+            "f = s['config']['features']; out = s['module'](torch.zeros(2, f)); "
+            "print(json.dumps({'step': s['step'], 'params': sum(p.numel() for p in s['module'].parameters()), "
+            "'output_shape': list(out.shape), 'optimizer_state': len(s['optimizer']['state'])}))")
+    result = subprocess.run([python, "-c", code, str(script_path().parent), str(checkpoint)],
+                            check=False, capture_output=True, text=True, timeout=300)
+    if result.returncode != 0:
+        lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()] or ["no output"]
+        raise UserError(f"the checkpoint {checkpoint} does not load: {lines[-1].strip()}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def script_path() -> Path:
+    return paths.repo_root() / "examples" / "train_ddp.py"
+
+
+# ---- the command ----------------------------------------------------------------------------------
+
+def _check_workdir(requested: str | None) -> None:
+    """A requested folder must be new or empty, so nothing in it is overwritten."""
+    if requested is None:
+        return
+    path = Path(requested).resolve()
+    if path.exists() and (not path.is_dir() or any(path.iterdir())):
+        raise UsageError(f"--workdir {path} exists and is not an empty folder", "pass a new or empty folder")
+
+
+def _workdir(requested: str | None) -> tuple[Path, bool]:
+    """(folder, made_by_us): the requested folder, or a new temporary one."""
+    if requested is None:
+        return Path(tempfile.mkdtemp(prefix="trainstack-smoke-")), True
+    path = Path(requested).resolve()
+    path.mkdir(parents=True, exist_ok=True)
+    return path, False
+
+
+def run_smoke(args: argparse.Namespace) -> dict:
+    python = args.python or sys.executable
+    script = script_path()
+    if not script.is_file():
+        raise UserError(f"training script {script} is missing")
+    found = probe_torch(python)  # before any progress line, so a missing torch is the only line printed
+    if args.gpu:
+        if not found["cuda"] or found["gpus"] < 1:
+            raise UserError(f"--gpu: no CUDA GPU is visible to torch {found['torch']} in {python}")
+        nodes, resources = 1, {"limits": {"nvidia.com/gpu": found["gpus"]}}
+        nproc, backend = found["gpus"], "nccl"
+    else:
+        nodes, resources = args.nodes, {"requests": {"cpu": args.cpu}}
+        nproc, backend = int(nproc_per_node(resources)), "gloo"
+    unshare = None if args.network == "host" else _unshare_argv()
+    if args.network == "namespace" and unshare is None:
+        raise UserError("--network namespace: 'unshare --net' is not permitted here", "use --network host")
+    port = free_port()
+    workdir, made = _workdir(args.workdir)
+    output_dir = workdir / "output"
+    torchrun = [python, "-m", "torch.distributed.run"]  # the `torchrun` entry point, from this interpreter
+    train_args = ["--steps", str(args.steps), "--seed", str(args.seed), "--output-dir", str(output_dir),
+                  *args.script_args]
+    local_env = {"PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo",
+                 "PYTHONWARNINGS": "ignore:Failed to initialize NumPy"}
+    spec_nodes = []
+    for rank in range(nodes):
+        pet = pet_env(args.trainjob, nodes, rank, resources, master_addr=LOCAL_MASTER_ADDR, master_port=port)
+        spec_nodes.append({"rank": rank, "pet": pet, "argv": [*torchrun, str(script), *train_args],
+                           "env": {**local_env, **pet},
+                           "stdout": str(workdir / f"node-{rank}.stdout.log"),
+                           "stderr": str(workdir / f"node-{rank}.stderr.log")})
+    spec = {"nodes": spec_nodes, "cwd": str(workdir), "timeout": args.timeout}
+    network = "private namespace (loopback only)" if unshare else "host (loopback addresses)"
+    progress.info(f"note: {MASTER_ADDR_NOTE}")
+    with progress.step(f"training: {nodes} node(s) x {nproc} process(es), {args.steps} steps, {backend}, "
+                       f"network {network}"):
+        outcome = _launch_isolated(spec, workdir, unshare)
+
+    logs = f"logs: {workdir}"
+    if outcome["timed_out"]:
+        raise UserError(f"the training did not finish within {args.timeout}s; node 0: "
+                        f"{failure_lines(spec_nodes[0])}", logs)
+    if outcome["first_failure"] is not None:
+        index = outcome["first_failure"]
+        raise UserError(f"node {index} (torchrun, PET_NODE_RANK={index}) exited with code "
+                        f"{outcome['exit_codes'][index]}: {failure_lines(spec_nodes[index])}", logs)
+
+    events = read_events(Path(spec_nodes[0]["stdout"]))
+    start = next((e for e in events if e.get("event") == "start"), None)
+    done = next((e for e in events if e.get("event") == "done"), None)
+    losses = [e["loss"] for e in events if e.get("event") == "step"]
+    if start is None or done is None or len(losses) != args.steps:
+        raise UserError(f"rank 0 logged {len(losses)} of {args.steps} steps and "
+                        f"{'a' if done else 'no'} final line", logs)
+    if start["world_size"] != nodes * nproc:
+        raise UserError(f"rank 0 saw world size {start['world_size']}, expected {nodes * nproc}", logs)
+    if not losses[-1] < losses[0]:
+        raise UserError(f"the loss did not fall: {losses[0]:.4f} at step 1, {losses[-1]:.4f} at step "
+                        f"{args.steps}", logs)
+    with progress.step("loading the checkpoint in a fresh process"):
+        loaded = check_checkpoint(python, Path(done["checkpoint"]))
+    if loaded["step"] != args.steps:
+        raise UserError(f"the checkpoint holds step {loaded['step']}, expected {args.steps}", logs)
+
+    keep = args.keep or not made
+    report: dict[str, Any] = {
+        "ok": True, "mode": "gpu" if args.gpu else "cpu", "torch": found["torch"], "backend": start["backend"],
+        "device": start["device"], "nodes": nodes, "nproc_per_node": nproc, "world_size": start["world_size"],
+        "ranks": [{"node_rank": n["rank"], "exit_code": outcome["exit_codes"][n["rank"]], "pet_env": n["pet"]}
+                  for n in spec_nodes],
+        "steps": args.steps, "seed": args.seed, "loss_start": losses[0], "loss_end": losses[-1], "losses": losses,
+        "wall_s": outcome["wall_s"], "train_s": done["train_s"], "steps_per_s": done["steps_per_s"],
+        "checkpoint": {"path": done["checkpoint"] if keep else None, "step": loaded["step"],
+                       "params": loaded["params"], "loads": True},
+        "network": network, "master_addr_note": MASTER_ADDR_NOTE, "workdir": str(workdir) if keep else None,
+    }
+    if not keep:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return report
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    if args.steps < 1 or args.nodes < 1 or args.timeout <= 0:
+        raise UsageError("--steps, --nodes and --timeout must be positive")
+    quantity(args.cpu, "--cpu")
+    _check_workdir(args.workdir)
+    report = run_smoke(args)
+    if args.output == "json":
+        print(json.dumps(report, indent=2, sort_keys=True))
+        return 0
+    progress.table(f"trainstack smoke train ({report['mode']}, torch {report['torch']})", ["", "value"], [
+        ("loss at start", f"{report['loss_start']:.4f} (step 1)"),
+        ("loss at end", f"{report['loss_end']:.4f} (step {report['steps']})"),
+        ("wall time", f"{report['wall_s']:.1f}s (training loop {report['train_s']:.1f}s)"),
+        ("steps/s", f"{report['steps_per_s']:.1f}"),
+        ("ranks", (f"{report['world_size']} ({report['nodes']} node(s) x {report['nproc_per_node']} "
+                   f"process(es), {report['backend']} on {report['device']})")),
+        ("checkpoint", (f"step {report['checkpoint']['step']}, {report['checkpoint']['params']} parameters, "
+                        "loads in a fresh process")),
+    ])
+    for rank in report["ranks"]:
+        pet = " ".join(f"{k}={v}" for k, v in rank["pet_env"].items())
+        progress.stdout.print(f"node {rank['node_rank']}: exit {rank['exit_code']}  {pet}", markup=False)
+    progress.stdout.print(f"network: {report['network']}; {MASTER_ADDR_NOTE}", markup=False)
+    if report["workdir"]:
+        progress.stdout.print(f"logs and checkpoint: {report['workdir']}", markup=False)
+    return 0
+
+
+def _cmd_install(args: argparse.Namespace) -> int:
+    from . import trainenv
+
+    rows = trainenv.ensure(profile=args.profile)
+    progress.table("trainstack smoke install (lock: python.train)", ["package", "locked", "version", "action",
+                                                                     "seconds"],
+                   [(r.package, r.requirement, r.version, r.action, f"{r.seconds:.1f}") for r in rows],
+                   to_stderr=True)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    smoke = subparsers.add_parser("smoke", help="real torch DDP training smoke (two torchrun nodes on this machine)")
+    sub = smoke.add_subparsers(dest="smoke_command", required=True, parser_class=type(smoke))
+
+    train = sub.add_parser("train", help="run examples/train_ddp.py as a TrainJob's nodes would, and check it",
+                           description="Runs examples/train_ddp.py with torchrun as the nodes of a TrainJob, each "
+                                       "with the PET_* variables Kubeflow Trainer injects, then checks that every "
+                                       "rank succeeded, the loss fell and the checkpoint loads. Arguments after "
+                                       "'--' go to the training script.")
+    train.add_argument("--nodes", type=int, default=2, help="TrainJob numNodes (CPU mode; default 2)")
+    train.add_argument("--cpu", default="1",
+                       help="CPU request of each node; the controller turns it into PET_NPROC_PER_NODE (default 1)")
+    train.add_argument("--gpu", action="store_true",
+                       help="one node with every local GPU (nproc per node = GPU count, nccl)")
+    train.add_argument("--steps", type=int, default=30, help="training steps (default 30)")
+    train.add_argument("--seed", type=int, default=0, help="seed of the model and the synthetic data")
+    train.add_argument("--trainjob", default="smoke", help="TrainJob name the PET_* variables are derived from")
+    train.add_argument("--python", help="interpreter with torch that runs torchrun (default: this one)")
+    train.add_argument("--network", choices=["auto", "namespace", "host"], default="auto",
+                       help="auto (default): a private network namespace when allowed, else host; host: torch's "
+                            "rendezvous store then listens on every interface while the run lasts")
+    train.add_argument("--timeout", type=float, default=600, help="seconds before the run is stopped")
+    train.add_argument("--workdir", help="new or empty folder for logs and the checkpoint (kept); default: a "
+                                         "temporary folder, removed after a successful run")
+    train.add_argument("--keep", action="store_true", help="keep the temporary folder after success")
+    train.add_argument("--output", choices=["text", "json"], default="text")
+    train.add_argument("script_args", nargs="*", metavar="-- ARGS", help="extra arguments for train_ddp.py")
+    train.set_defaults(func=_cmd_train)
+
+    install = sub.add_parser("install", help="install the lock's python.train packages (torch, kubeflow) into "
+                                             "this environment; skips what is already there")
+    install.add_argument("--profile", choices=["cpu", "full"], default="cpu",
+                         help="cpu (default): torch without the CUDA parts only GPU use loads; full: everything")
+    install.set_defaults(func=_cmd_install)
+
+
+def _launcher_main(argv: list[str]) -> int:
+    """Entry point of the launcher child that runs inside the network namespace."""
+    spec_path, result_path = Path(argv[0]), Path(argv[1])
+    result = launch(json.loads(spec_path.read_text()))
+    result_path.write_text(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_launcher_main(sys.argv[1:]))

@@ -1,0 +1,234 @@
+"""Installs the lock's `python.train` packages (torch, the Kubeflow SDK) into this interpreter's environment.
+
+Why not plain `pip install torch`: on Linux x86-64 the torch wheel requires its whole CUDA stack
+(about 2.8 GB of wheels, 5.3 GB installed), although CPU work never opens most of it. `import
+torch` needs the libraries that libtorch links directly (cudart, cublas, cudnn, nccl, ...), but
+triton, cuda-bindings, cusolver and nvtx are only opened on first GPU use; the "cpu" profile
+leaves those out (about 2.3 GB of wheels, 4.1 GB installed). If an import check then fails (a
+later torch may link more), the full set is installed instead. `--full` installs everything.
+
+Every wheel is kept in the trainstack cache (pip's own cache cannot be relied on), so a second
+install, e.g. after `make clean`, needs no network. A package already importable at the locked
+lower bound is left alone, so calling this from `make setup` costs nothing once done.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+import zipfile
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+from . import lock as lockmod
+from . import paths, progress
+from .errors import UserError
+
+# Requirements of the torch wheel that CPU use never loads (checked by importing torch afterwards).
+LAZY_REQUIREMENTS = frozenset({"triton", "cuda-bindings"})
+# Extras of the cuda-toolkit requirement (torch 2.10+) and wheel name prefixes (older lines) likewise.
+LAZY_CUDA_PARTS = ("cusolver", "nvtx")
+PROFILES = ("cpu", "full")
+
+
+@dataclass
+class Row:
+    package: str
+    requirement: str
+    version: str
+    action: str
+    seconds: float
+
+
+def wheel_dir() -> Path:
+    return paths.cache_dir() / "wheels" / "python-train"
+
+
+def pins(loaded: lockmod.Lock | None = None) -> dict[str, str]:
+    """The lock's python.train section: {package: specifier}."""
+    loaded = loaded or lockmod.load()
+    section = loaded.get("python", "train")
+    if not isinstance(section, dict) or not all(isinstance(v, str) for v in section.values()):
+        raise UserError(f"{loaded.path}: python.train must map package names to version specifiers")
+    return dict(section)
+
+
+# ---- versions -------------------------------------------------------------------------------------
+
+def _release(version: str) -> tuple[int, ...]:
+    match = re.match(r"\d+(\.\d+)*", version.strip())
+    if not match:
+        raise UserError(f"cannot read version {version!r}")
+    return tuple(int(p) for p in match.group(0).split("."))
+
+
+def satisfies(version: str, specifier: str) -> bool:
+    """Whether `version` (e.g. '2.15.0+cu132') meets `specifier` (e.g. '>=2.5' or '>=0.5.0,<1')."""
+    have = _release(version)
+    for clause in filter(None, (c.strip() for c in specifier.split(","))):
+        match = re.fullmatch(r"(>=|<=|==|!=|>|<)\s*([0-9][0-9.]*)", clause)
+        if not match:
+            raise UserError(f"unsupported version specifier {clause!r} (use >=, <=, ==, !=, >, <)")
+        op, want = match.group(1), _release(match.group(2))
+        width = max(len(have), len(want))
+        a, b = have + (0,) * (width - len(have)), want + (0,) * (width - len(want))
+        ok = {">=": a >= b, "<=": a <= b, "==": a == b, "!=": a != b, ">": a > b, "<": a < b}[op]
+        if not ok:
+            return False
+    return True
+
+
+def installed_version(package: str) -> str | None:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+# ---- torch's requirements -------------------------------------------------------------------------
+
+_REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)$")
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def wheel_requirements(wheel: Path) -> list[str]:
+    """Requires-Dist lines of a wheel, without the ones that only apply to an extra."""
+    with zipfile.ZipFile(wheel) as archive:
+        meta = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        text = archive.read(meta).decode()
+    lines = [ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("Requires-Dist:")]
+    return [ln for ln in lines if "extra ==" not in ln.replace("extra==", "extra ==")]
+
+
+def cpu_requirements(requirements: list[str]) -> list[str]:
+    """torch's requirements minus the parts of the CUDA stack that only GPU use loads."""
+    kept = []
+    for requirement in requirements:
+        match = _REQ.match(requirement)
+        if not match:
+            kept.append(requirement)
+            continue
+        name, extras, rest = _norm(match.group(1)), match.group(2), match.group(3)
+        if name in LAZY_REQUIREMENTS or any(name.startswith(f"nvidia-{part}") for part in LAZY_CUDA_PARTS):
+            continue
+        if extras:
+            wanted = [e.strip() for e in extras[1:-1].split(",") if e.strip() not in LAZY_CUDA_PARTS]
+            extras = f"[{','.join(wanted)}]" if wanted else ""
+        kept.append(f"{match.group(1)}{extras or ''}{rest}")
+    return kept
+
+
+def _cached_wheel(package: str, specifier: str) -> Path | None:
+    """The newest cached wheel of `package` for this interpreter that meets `specifier`."""
+    tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+    best: tuple[tuple[int, ...], Path] | None = None
+    for wheel in wheel_dir().glob(f"{package}-*.whl"):
+        parts = wheel.name.split("-")
+        if len(parts) < 5 or parts[2] != tag:
+            continue
+        version = parts[1].replace("%2B", "+")
+        if satisfies(version, specifier) and (best is None or _release(version) > best[0]):
+            best = (_release(version), wheel)
+    return best[1] if best else None
+
+
+# ---- pip ------------------------------------------------------------------------------------------
+
+def _pip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
+                          check=False, capture_output=True, text=True)
+
+
+def _last_line(result: subprocess.CompletedProcess) -> str:
+    lines = [ln.strip() for ln in (result.stderr + result.stdout).splitlines() if ln.strip()]
+    errors = [ln for ln in lines if ln.startswith("ERROR")]
+    return (errors or lines or ["(no output)"])[-1]
+
+
+def _download(*requirements: str, no_deps: bool = False) -> None:
+    wheel_dir().mkdir(parents=True, exist_ok=True)
+    args = ["download", "--only-binary=:all:", "--dest", str(wheel_dir()), "--find-links", str(wheel_dir())]
+    result = _pip(*args, *(["--no-deps"] if no_deps else []), *requirements)
+    if result.returncode != 0:
+        raise UserError(f"could not download {' '.join(requirements)}: {_last_line(result)}",
+                        "check the network to the Python package index")
+
+
+def _install_offline(*requirements: str, no_deps: bool = False) -> subprocess.CompletedProcess:
+    # --no-compile halves the install time; Python compiles the modules it imports on first use.
+    return _pip("install", "--no-index", "--find-links", str(wheel_dir()), "--quiet", "--no-compile",
+                *(["--no-deps"] if no_deps else []), *requirements)
+
+
+def _cached_install(*requirements: str, no_deps: bool = False) -> None:
+    """Install from the wheel cache; download into it first when something is missing."""
+    if _install_offline(*requirements, no_deps=no_deps).returncode == 0:
+        return
+    _download(*requirements, no_deps=no_deps)
+    result = _install_offline(*requirements, no_deps=no_deps)
+    if result.returncode != 0:
+        raise UserError(f"could not install {' '.join(requirements)}: {_last_line(result)}")
+
+
+def torch_import_check(python: str | None = None) -> subprocess.CompletedProcess:
+    code = ("import warnings; warnings.filterwarnings('ignore'); import torch, torch.distributed as d; "
+            "assert d.is_available(); torch.nn.Linear(2, 1)(torch.ones(1, 2)).sum().backward(); "
+            "print(torch.__version__)")
+    return subprocess.run([python or sys.executable, "-c", code], check=False, capture_output=True, text=True)
+
+
+def _install_torch(specifier: str, profile: str) -> str:
+    wheel = _cached_wheel("torch", specifier)
+    if wheel is None:
+        with progress.step(f"downloading torch{specifier} (the wheel alone is about 0.5 GB)"):
+            _download(f"torch{specifier}", no_deps=True)
+        wheel = _cached_wheel("torch", specifier)
+        if wheel is None:
+            raise UserError(f"no torch{specifier} wheel for Python {sys.version_info.major}."
+                            f"{sys.version_info.minor} in {wheel_dir()}")
+    version = wheel.name.split("-")[1].replace("%2B", "+")
+    requirements = wheel_requirements(wheel)
+    chosen = cpu_requirements(requirements) if profile == "cpu" else requirements
+    with progress.step(f"installing torch {version} ({profile} profile: {len(chosen)} requirements)"):
+        _cached_install(f"torch=={version}", no_deps=True)
+        _cached_install(*chosen)
+    check = torch_import_check()
+    if check.returncode != 0 and profile == "cpu":
+        progress.info(f"torch {version} does not import with the cpu profile ({_last_line(check)}); "
+                      "installing its full requirements")
+        with progress.step(f"installing torch {version}'s full requirements"):
+            _cached_install(*requirements)
+        check = torch_import_check()
+    if check.returncode != 0:
+        raise UserError(f"torch {version} was installed but does not import: {_last_line(check)}")
+    return version
+
+
+def ensure(profile: str = "cpu", loaded: lockmod.Lock | None = None) -> list[Row]:
+    """Install each python.train package that is missing or below its locked bound (idempotent)."""
+    if profile not in PROFILES:
+        raise UserError(f"unknown torch profile {profile!r} (choose from {', '.join(PROFILES)})")
+    rows = []
+    for package, specifier in pins(loaded).items():
+        started = time.monotonic()
+        have = installed_version(package)
+        usable = have is not None and satisfies(have, specifier)
+        if usable and package == "torch":
+            usable = torch_import_check().returncode == 0
+        if usable:
+            rows.append(Row(package, specifier, have or "", "up to date", 0.0))
+            continue
+        if package == "torch":
+            version = _install_torch(specifier, profile)
+        else:
+            with progress.step(f"installing {package}{specifier}"):
+                _cached_install(f"{package}{specifier}")
+            version = installed_version(package) or "?"
+        rows.append(Row(package, specifier, version, "installed", time.monotonic() - started))
+    return rows

@@ -1,0 +1,60 @@
+"""Fixtures for tests that need the local control plane (marker `e2e`).
+
+`local_cluster` is one LocalCluster for the whole session (a CPU and a GPU pool of KWOK nodes,
+the pinned etcd/kube-apiserver/kube-controller-manager/kube-scheduler), for any test that needs a
+real API server: admission, CEL, policies, server-side dry runs. `platform` is the chart installed
+on its own local cluster with the controllers running, for the e2e failure-path tests.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+from trainstack import paths, tools
+from trainstack.cluster.local import BINARIES, LocalCluster
+from trainstack.e2e import suite as suitemod
+from trainstack.e2e.providers.local import LocalProvider, controller_binaries
+
+
+def need_binaries(*names: str) -> None:
+    missing = [n for n in names if tools.find(n) is None]
+    if missing:
+        pytest.fail(f"not installed: {', '.join(missing)}: run 'make setup' (make test does it for you)")
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[LocalCluster]:
+    """A running local cluster, shared by the session; stopped (nothing left running) at the end."""
+    need_binaries(*BINARIES)
+    cluster = LocalCluster(name=f"pytest-{os.getpid()}", cert_sans=(f"*.{suitemod.NAMESPACE}.svc",))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def run_first_steps(suite: suitemod.Suite) -> suitemod.Suite:
+    """Chart rendered, local cluster up, chart installed, controllers and webhooks ready, runtimes there."""
+    for name, fn in suite.plan()[:6]:
+        suite.step(name, fn)
+    return suite
+
+
+@pytest.fixture(scope="module")
+def platform() -> Iterator[suitemod.Suite]:
+    need_binaries(*BINARIES, "helm")
+    run_dir = paths.cache_dir() / "e2e" / f"pytest-platform-{os.getpid()}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    provider = LocalProvider(run_dir)
+    need_binaries(*controller_binaries(suitemod.render("dev", provider.lock), provider.lock))
+    suite = suitemod.Suite(provider, "dev", run_dir)
+    try:
+        yield run_first_steps(suite)
+    finally:
+        provider.down(keep=False)
+        shutil.rmtree(run_dir, ignore_errors=True)

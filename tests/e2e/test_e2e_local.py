@@ -1,0 +1,104 @@
+"""`trainstack e2e --provider local`: the whole suite once, as `make e2e` runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, run_cli
+from trainstack import tools
+
+pytestmark = pytest.mark.e2e
+
+REQUIRED = [
+    "render the chart",
+    "cluster (local)",
+    "helm install",
+    "CRDs established",
+    "controllers and webhooks ready",
+    "golden runtimes installed",
+    "policies installed",
+    "smoke TrainJobs Complete",
+    "JobSets and Jobs created",
+    "framework env injected",
+    "pod placement",
+    "failing pod ends TrainJob Failed",
+    "helm uninstall keeps CRDs and TrainJobs",
+    "teardown",
+]
+
+
+def processes_mentioning(fragment: str) -> list[str]:
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if fragment in cmdline:
+            found.append(f"{proc.name}: {cmdline[:160]}")
+    return found
+
+
+def kubeconfig_state() -> tuple[bool, float]:
+    path = Path(os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config")
+    return (path.is_file(), path.stat().st_mtime if path.is_file() else 0.0)
+
+
+def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
+    summary = tmp_path / "summary.json"
+    user_kubeconfig = kubeconfig_state()
+    artifacts_before = set((ROOT / "artifacts").glob("e2e-*")) if (ROOT / "artifacts").is_dir() else set()
+    try:
+        result = run_cli(
+            "e2e", "--provider", "local", "--env", "dev", env={"TRAINSTACK_E2E_SUMMARY": str(summary)}, timeout=900
+        )
+    finally:
+        run_cli("e2e", "down")  # only stops what a dead run left; a no-op after a normal one
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    report = json.loads(summary.read_text())
+    steps = {s["step"]: s for s in report["steps"]}
+    for name in REQUIRED:
+        assert steps[name]["result"] == "pass", (name, steps[name])
+    assert steps["image policy on ':latest'"]["result"] in ("pass", "skip")
+    # one smoke job per golden runtime, torch on CPU and GPU among them
+    smoke = steps["smoke TrainJobs Complete"]["detail"]
+    assert "torch," in smoke + "," and "torch-gpu" in smoke, smoke
+    assert "GPU-runtime pods on GPU nodes" in steps["pod placement"]["detail"]
+    # the summary table is printed with a row per step
+    for name in REQUIRED:
+        assert name.split()[0] in result.stdout
+    # nothing left running or listening: no process refers to the run's folders
+    assert processes_mentioning("/e2e/run-") == []
+    artifacts_after = set((ROOT / "artifacts").glob("e2e-*")) if (ROOT / "artifacts").is_dir() else set()
+    assert artifacts_after == artifacts_before, "a passing run keeps no artifacts"
+    assert kubeconfig_state() == user_kubeconfig, "the user's kubeconfig was changed"
+
+
+def test_keep_leaves_a_reachable_cluster_and_down_removes_everything():
+    try:
+        kept = run_cli("e2e", "--keep", timeout=900)
+        assert kept.returncode == 0, kept.stdout[-3000:] + kept.stderr[-3000:]
+        line = [ln for ln in kept.stderr.splitlines() if ln.startswith("kept: export KUBECONFIG=")][0]
+        kubeconfig = line.split("KUBECONFIG=", 1)[1].split(";", 1)[0]
+        assert "'trainstack e2e down'" in line
+        kubectl = tools.require("kubectl")
+        nodes = subprocess.run(
+            [str(kubectl), "--kubeconfig", kubeconfig, "get", "trainjobs", "-A", "-o", "name"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert nodes.returncode == 0 and "trainjob.trainer.kubeflow.org/torch" in nodes.stdout, nodes.stderr
+        assert processes_mentioning("/e2e/run-"), "--keep keeps the cluster running"
+    finally:
+        down = run_cli("e2e", "down")
+    assert down.returncode == 0, down.stderr
+    assert "stopped and removed" in down.stderr
+    assert processes_mentioning("/e2e/run-") == []
+    assert not Path(kubeconfig).exists()

@@ -1,0 +1,278 @@
+"""The per-environment overlays: each builds with the pinned tools, `trainstack render` gives the
+same objects as plain kustomize, the result validates, and environments differ exactly as
+intended (HA, PDBs, enforcement, registry, labels, GPU runtimes, mirror)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+import yaml
+
+from conftest import ROOT, by_kind, docs_of, helm_template, run_cli
+from gitops_support import ENVIRONMENTS, MIRROR, canonical, cluster_scoped, group_kind, rendered
+
+pytestmark = pytest.mark.slow
+
+HA_ENVS = {"staging", "prod"}
+GPU_RUNTIMES = {"torch-distributed-gpu", "jax-distributed-gpu", "deepspeed-distributed-gpu"}
+CONTROLLERS = {"kubeflow-trainer-controller-manager", "jobset-controller"}
+
+
+def objects(env: str, kind: str) -> dict[str, dict]:
+    return by_kind(list(rendered(env)), kind)
+
+
+def ids(env: str) -> set[tuple[str, str]]:
+    return {(d["kind"], d["metadata"]["name"]) for d in rendered(env)}
+
+
+def containers(obj: dict) -> list[dict]:
+    """Every container (and init container) of a Deployment or a ClusterTrainingRuntime."""
+    if obj["kind"] == "Deployment":
+        specs = [obj["spec"]["template"]["spec"]]
+    else:
+        specs = [rj["template"]["spec"]["template"]["spec"]
+                 for rj in obj["spec"]["template"]["spec"]["replicatedJobs"]]
+    return [c for s in specs for c in s.get("containers", []) + s.get("initContainers", [])]
+
+
+def test_environments_are_the_overlay_folders():
+    from trainstack import render
+
+    assert render.environments() == ENVIRONMENTS
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_render_equals_plain_kustomize_with_the_pinned_tools(env, chart_ready):
+    """What Argo CD (or a user) gets from `kustomize build --enable-helm` is what render prints."""
+    from trainstack import tools
+
+    kustomize, helm = tools.require("kustomize"), tools.require("helm")
+    built = subprocess.run([str(kustomize), "build", "--enable-helm", "--helm-command", str(helm),
+                            str(ROOT / "overlays" / env)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert built.returncode == 0, built.stderr
+    assert canonical(docs_of(built.stdout)) == canonical(rendered(env))
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_render_passes_trainstack_validate(env, chart_ready):
+    result = run_cli("validate", "--env", env, "--output", "json")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert report["summary"]["errors"] == 0, report["findings"]
+    assert report["summary"]["documents"] == len(rendered(env))
+
+
+def test_overlays_differ_only_in_their_values_and_label():
+    """Everything common is in the base Component: the kustomizations are one file but for the
+    environment label (comments aside), and each overlay's values.yaml holds what differs."""
+    base = None
+    for env in ENVIRONMENTS:
+        kustomization = yaml.safe_load((ROOT / "overlays" / env / "kustomization.yaml").read_text())
+        assert kustomization["labels"] == [{"pairs": {"trainstack.io/environment": env}, "includeSelectors": False}]
+        assert kustomization["components"] == ["../base"]
+        assert kustomization["helmCharts"][0]["valuesFile"] == "values.yaml"
+        rest = {k: v for k, v in kustomization.items() if k != "labels"}
+        base = base or rest
+        assert rest == base, env
+        assert (ROOT / "overlays" / env / "values.yaml").is_file()
+
+
+def test_objects_added_or_removed_per_environment_are_the_intended_ones():
+    dev = ids("dev")
+    pdbs = {("PodDisruptionBudget", "kubeflow-trainer-controller-manager"),
+            ("PodDisruptionBudget", "jobset-controller-pdb")}
+    registry = {("ValidatingAdmissionPolicy", "trainstack-image-registry"),
+                ("ValidatingAdmissionPolicyBinding", "trainstack-image-registry")}
+    labels = {("ValidatingAdmissionPolicy", "trainstack-required-labels"),
+              ("ValidatingAdmissionPolicyBinding", "trainstack-required-labels")}
+    assert ids("staging") - dev == pdbs | registry and dev - ids("staging") == set()
+    assert ids("prod") - dev == pdbs | registry | labels and dev - ids("prod") == set()
+    assert ids("cpu-only") - dev == set()
+    assert dev - ids("cpu-only") == {("ClusterTrainingRuntime", name) for name in GPU_RUNTIMES}
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_every_object_carries_the_environment_label(env):
+    for doc in rendered(env):
+        assert doc["metadata"]["labels"]["trainstack.io/environment"] == env, (doc["kind"], doc["metadata"]["name"])
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_namespaced_objects_are_in_kubeflow_system_and_cluster_objects_have_no_namespace(env):
+    """kubectl apply of a render puts nothing in the current namespace (the base Component
+    namespaces the two upstream Trainer objects Helm alone would have namespaced)."""
+    scoped = cluster_scoped(env)
+    for doc in rendered(env):
+        namespace = doc["metadata"].get("namespace")
+        if group_kind(doc) in scoped:
+            assert namespace is None, (doc["kind"], doc["metadata"]["name"])
+        else:
+            assert namespace == "kubeflow-system", (doc["kind"], doc["metadata"]["name"])
+
+
+def test_ha_replicas_only_in_staging_and_prod():
+    for env in ENVIRONMENTS:
+        replicas = {name: d["spec"]["replicas"] for name, d in objects(env, "Deployment").items()}
+        want = 2 if env in HA_ENVS else 1
+        assert replicas == {name: want for name in CONTROLLERS}, env
+
+
+def test_pdbs_only_in_staging_and_prod_and_they_select_the_controller_pods():
+    for env in ENVIRONMENTS:
+        pdbs = objects(env, "PodDisruptionBudget")
+        if env not in HA_ENVS:
+            assert pdbs == {}, env
+            continue
+        assert set(pdbs) == {"kubeflow-trainer-controller-manager", "jobset-controller-pdb"}
+        deployments = objects(env, "Deployment")
+        for pdb in pdbs.values():
+            assert pdb["spec"]["minAvailable"] == 1
+            selector = pdb["spec"]["selector"]["matchLabels"]
+            selected = [name for name, d in deployments.items()
+                        if selector.items() <= d["spec"]["template"]["metadata"]["labels"].items()]
+            assert len(selected) == 1, (pdb["metadata"]["name"], selected)
+        trainer = pdbs["kubeflow-trainer-controller-manager"]["spec"]["selector"]["matchLabels"]
+        assert trainer == {"app.kubernetes.io/name": "kubeflow-trainer", "app.kubernetes.io/instance": "trainstack",
+                           "app.kubernetes.io/component": "manager"}
+
+
+def test_ha_replicas_prefer_different_nodes():
+    for env in HA_ENVS:
+        for name, deployment in objects(env, "Deployment").items():
+            anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
+            term = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
+            assert term["topologyKey"] == "kubernetes.io/hostname"
+            pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+            assert term["labelSelector"]["matchLabels"].items() <= pod_labels.items(), (env, name)
+
+
+def test_controller_resources_grow_from_dev_to_prod():
+    def cpu(q) -> float:
+        return float(q[:-1]) / 1000 if str(q).endswith("m") else float(q)
+
+    def mem(q: str) -> float:
+        return float(q[:-2]) * {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}[q[-2:]]
+
+    sizes = {}
+    for env in ENVIRONMENTS:
+        for name, deployment in objects(env, "Deployment").items():
+            resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
+            sizes[env, name] = (cpu(resources["requests"]["cpu"]), mem(resources["requests"]["memory"]),
+                                mem(resources["limits"]["memory"]))
+    for name in CONTROLLERS:
+        dev, staging, prod = sizes["dev", name], sizes["staging", name], sizes["prod", name]
+        assert all(d < s <= p for d, s, p in zip(dev, staging, prod)), (name, dev, staging, prod)
+        assert all(d < p for d, p in zip(dev, prod)), name
+
+
+def test_policies_deny_except_in_dev():
+    for env in ENVIRONMENTS:
+        for name, binding in objects(env, "ValidatingAdmissionPolicyBinding").items():
+            actions = binding["spec"]["validationActions"]
+            if env == "dev" and name != "trainstack-image-tag":
+                assert actions == ["Warn", "Audit"], (env, name)
+            else:
+                assert actions == ["Deny"], (env, name)
+
+
+def test_registry_rule_only_in_staging_and_prod_and_it_allows_only_the_mirror():
+    for env in ENVIRONMENTS:
+        bindings = objects(env, "ValidatingAdmissionPolicyBinding")
+        params = objects(env, "ConfigMap")["trainstack-policy-params"]["data"]
+        if env in HA_ENVS:
+            assert "trainstack-image-registry" in bindings
+            assert params["allowedRegistries"] == MIRROR
+        else:
+            assert "trainstack-image-registry" not in bindings
+            assert MIRROR not in params["allowedRegistries"]
+
+
+def test_required_labels_only_in_prod():
+    for env in ENVIRONMENTS:
+        assert ("trainstack-required-labels" in objects(env, "ValidatingAdmissionPolicyBinding")) == (env == "prod")
+
+
+def test_cpu_only_has_no_gpu_runtime_and_denies_gpus():
+    for env in ENVIRONMENTS:
+        runtimes = objects(env, "ClusterTrainingRuntime")
+        params = objects(env, "ConfigMap")["trainstack-policy-params"]["data"]
+        gpu_limits = [name for name, rt in runtimes.items() for c in containers(rt)
+                      if any(k.endswith("/gpu") for k in (c.get("resources", {}).get("limits") or {}))]
+        if env == "cpu-only":
+            assert gpu_limits == [] and not set(runtimes) & GPU_RUNTIMES
+            assert params["gpuRuntimes"] == "" and params["maxGpusPerNode"] == "0"
+        else:
+            assert GPU_RUNTIMES <= set(runtimes) and set(gpu_limits) == GPU_RUNTIMES, env
+            assert params["maxGpusPerNode"] != "0"
+
+
+def test_torch_distributed_in_every_environment():
+    for env in ENVIRONMENTS:
+        assert "torch-distributed" in objects(env, "ClusterTrainingRuntime"), env
+
+
+def test_mirror_registry_images_only_in_staging_and_prod():
+    for env in ENVIRONMENTS:
+        images = [c["image"] for kind in ("Deployment", "ClusterTrainingRuntime")
+                  for obj in objects(env, kind).values() for c in containers(obj)]
+        assert len(images) >= 8, env
+        mirrored = [image.startswith(MIRROR + "/") for image in images]
+        assert all(mirrored) if env in HA_ENVS else not any(mirrored), (env, images)
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_base_component_protects_crds_and_certificates(env):
+    for name, crd in objects(env, "CustomResourceDefinition").items():
+        options = set(crd["metadata"]["annotations"]["argocd.argoproj.io/sync-options"].split(","))
+        assert {"Prune=false", "Delete=false", "ServerSideApply=true"} <= options, name
+    secrets = objects(env, "Secret")
+    # JobSet 0.12.0's chart ships empty cert data; re-applying it would blank the live certificates.
+    assert "data" not in secrets["jobset-webhook-server-cert"]
+    assert not any("data" in s or "stringData" in s for s in secrets.values())
+
+
+@pytest.mark.parametrize("env", ENVIRONMENTS)
+def test_sync_waves_put_crds_first_and_runtimes_and_policies_after_the_controllers(env):
+    def wave(doc: dict) -> int:
+        return int((doc["metadata"].get("annotations") or {}).get("argocd.argoproj.io/sync-wave", "0"))
+
+    waves: dict[str, set[int]] = {}
+    for doc in rendered(env):
+        waves.setdefault(doc["kind"], set()).add(wave(doc))
+    assert waves.pop("Namespace") == {-2}
+    assert waves.pop("CustomResourceDefinition") == {-1}
+    assert waves.pop("ValidatingAdmissionPolicy") == {1}
+    assert waves.pop("ValidatingAdmissionPolicyBinding") == {2}
+    assert waves.pop("ClusterTrainingRuntime") == {3}
+    params = objects(env, "ConfigMap")["trainstack-policy-params"]
+    assert wave(params) == 1
+    # Controllers, their webhooks, certificates and RBAC land together in wave 0: the
+    # certificate rotators inject the caBundle into the webhook configurations before the
+    # controllers report ready, so the configurations must not wait for a later wave.
+    for kind in ("Deployment", "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration", "Secret",
+                 "ServiceAccount", "ClusterRole", "Service"):
+        assert waves.pop(kind) == {0}, kind
+    assert all(w <= {0, 1} for w in waves.values()), waves
+
+
+# ----------------------------------------------------------------------------- the chart's PDB value
+def test_trainer_pdb_is_off_by_default(chart_ready):
+    assert "PodDisruptionBudget" not in {d["kind"] for d in docs_of(helm_template().stdout)}
+
+
+def test_trainer_pdb_max_unavailable_wins_over_min_available(chart_ready):
+    docs = docs_of(helm_template("--set", "kubeflow-trainer.manager.podDisruptionBudget.enabled=true",
+                                 "--set", "kubeflow-trainer.manager.podDisruptionBudget.maxUnavailable=50%").stdout)
+    pdb = by_kind(docs, "PodDisruptionBudget")["kubeflow-trainer-controller-manager"]
+    assert pdb["spec"]["maxUnavailable"] == "50%" and "minAvailable" not in pdb["spec"]
+    assert pdb["metadata"]["namespace"] == "kubeflow-system"
+
+
+def test_trainer_pdb_value_is_schema_checked(chart_ready):
+    misspelt = helm_template("--set", "kubeflow-trainer.manager.podDisruptionBudget.enabeld=true", check=False)
+    assert misspelt.returncode != 0 and "enabeld" in misspelt.stderr
+    wrong = helm_template("--set", "kubeflow-trainer.manager.podDisruptionBudget.minAvailable=most", check=False)
+    assert wrong.returncode != 0 and "minAvailable" in wrong.stderr

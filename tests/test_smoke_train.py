@@ -1,0 +1,200 @@
+"""The torch DDP smoke: PET_* follows the Trainer controller's rules, and a real two-node run trains."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT, assert_one_line_error, run_cli
+from trainstack import smoke, trainenv
+from trainstack.errors import UserError
+
+TORCH_2_15_REQUIRES = """\
+Requires-Dist: filelock
+Requires-Dist: typing-extensions>=4.13.0
+Requires-Dist: setuptools>=77.0.3
+Requires-Dist: sympy>=1.13.3
+Requires-Dist: networkx>=2.5.1
+Requires-Dist: jinja2
+Requires-Dist: fsspec>=0.8.5
+Requires-Dist: cuda-toolkit[cublas,cudart,cufft,cufile,cupti,cusolver,cusparse,nvjitlink,nvrtc,nvtx]==13.2.2; platform_system == "Linux"
+Requires-Dist: cuda-bindings<14,>=13.0.3; platform_system == "Linux" and python_version < "3.15"
+Requires-Dist: nvidia-cudnn-cu13==9.26.0.51; platform_system == "Linux"
+Requires-Dist: nvidia-nccl-cu13==2.30.7; platform_system == "Linux"
+Requires-Dist: triton~=3.9.0; platform_system == "Linux" and python_version < "3.16"
+Requires-Dist: optree>=0.13.0; extra == "optree"
+"""
+
+
+# ---- PET_* as the controller injects it (torch plugin, v2.3.0; cases from upstream torch_test.go) ----
+
+def test_pet_env_for_a_cpu_node_with_a_cpu_2_request():
+    env = smoke.pet_env("mnist", num_nodes=2, node_rank=1, resources={"requests": {"cpu": "2"}})
+    assert env == {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "1",
+                   "PET_MASTER_ADDR": "mnist-node-0-0.mnist", "PET_MASTER_PORT": "29500"}
+
+
+@pytest.mark.parametrize(("resources", "expected"), [
+    ({"limits": {"cpu": "4"}}, "4"),                            # nproc_per_node=auto with CPU limit
+    ({}, "1"),                                                  # ... with no CPU resources
+    ({"requests": {"cpu": "3"}}, "3"),                          # ... with CPU request but no limit
+    ({"limits": {"cpu": "2.5"}}, "3"),                          # ... with millicore CPU limit (rounded up)
+    ({"limits": {"cpu": "2500m"}}, "3"),                        # ... in m format
+    ({"limits": {"cpu": "0.7"}}, "1"),                          # ... with fractional CPU limit
+    ({"limits": {"cpu": "3.7"}}, "4"),                          # nproc_per_node=cpu with fractional CPU
+    ({"requests": {"cpu": "2"}, "limits": {"cpu": "8"}}, "2"),  # the request wins over the limit
+    ({"requests": {"cpu": "0"}, "limits": {"cpu": "6"}}, "6"),  # a zero request falls back to the limit
+])
+def test_nproc_per_node_on_cpu_nodes(resources, expected):
+    assert smoke.pet_env("job", 1, 0, resources)["PET_NPROC_PER_NODE"] == expected
+
+
+@pytest.mark.parametrize("resources", [
+    {"limits": {"nvidia.com/gpu": 4}},
+    {"requests": {"example.com/gpu": "2"}},
+    {"limits": {"cpu": "6", "amd.com/GPU": "2"}},
+    {"requests": {"cpu": "8", "memory": "32Gi"}, "limits": {"nvidia.com/gpu": "1"}},
+])
+def test_gpu_nodes_leave_nproc_per_node_to_torchrun(resources):
+    assert smoke.pet_env("job", 2, 0, resources)["PET_NPROC_PER_NODE"] == "auto"
+    assert smoke.gpus_per_node(resources) >= 1
+
+
+def test_explicit_num_proc_per_node_wins_over_resources():
+    assert smoke.pet_env("job", 1, 0, {"limits": {"cpu": "8"}}, num_proc_per_node=3)["PET_NPROC_PER_NODE"] == "3"
+    assert smoke.pet_env("job", 1, 0, {"limits": {"nvidia.com/gpu": 8}}, num_proc_per_node=2)["PET_NPROC_PER_NODE"] == "2"
+
+
+def test_local_master_and_bad_input():
+    env = smoke.pet_env("job", 3, 2, master_addr="127.0.0.1", master_port=4321)
+    assert (env["PET_MASTER_ADDR"], env["PET_MASTER_PORT"], env["PET_NNODES"]) == ("127.0.0.1", "4321", "3")
+    with pytest.raises(UserError, match="outside a TrainJob of 2"):
+        smoke.pet_env("job", 2, 2)
+    with pytest.raises(UserError, match=r"resources.requests.cpu: 'two' is not a Kubernetes quantity"):
+        smoke.pet_env("job", 1, 0, {"requests": {"cpu": "two"}})
+
+
+# ---- the install step (no network: only the parts that decide what to install) ----
+
+def test_cpu_profile_drops_only_the_lazily_loaded_cuda_parts(tmp_path):
+    import zipfile
+
+    wheel = tmp_path / "torch-2.15.0-cp311-cp311-manylinux_2_28_x86_64.whl"
+    with zipfile.ZipFile(wheel, "w") as archive:
+        archive.writestr("torch-2.15.0.dist-info/METADATA", "Name: torch\n" + TORCH_2_15_REQUIRES)
+    requirements = trainenv.wheel_requirements(wheel)
+    assert not any("optree" in r for r in requirements)
+    kept = trainenv.cpu_requirements(requirements)
+    names = [r.split("[")[0].split(";")[0].split("=")[0].split(">")[0].split("<")[0].split("~")[0] for r in kept]
+    assert "triton" not in names and "cuda-bindings" not in names
+    assert {"filelock", "sympy", "nvidia-cudnn-cu13", "nvidia-nccl-cu13", "cuda-toolkit"} <= set(names)
+    toolkit = next(r for r in kept if r.startswith("cuda-toolkit"))
+    assert toolkit == ('cuda-toolkit[cublas,cudart,cufft,cufile,cupti,cusparse,nvjitlink,nvrtc]==13.2.2; '
+                       'platform_system == "Linux"')
+
+
+def test_version_specifiers():
+    assert trainenv.satisfies("2.15.0+cu132", ">=2.5")
+    assert not trainenv.satisfies("2.4.1", ">=2.5")
+    assert trainenv.satisfies("0.5.0", ">=0.5.0,<1")
+    assert not trainenv.satisfies("1.0", ">=0.5.0,<1")
+    with pytest.raises(UserError, match="unsupported version specifier"):
+        trainenv.satisfies("1.0", "~=1.0")
+
+
+def test_missing_torch_is_one_clear_line(tmp_path):
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "bare")], check=True)
+    result = run_cli("smoke", "train", "--python", str(tmp_path / "bare" / "bin" / "python"))
+    assert_one_line_error(result, "torch is not installed", "make smoke-train")
+
+
+def test_the_training_script_has_nothing_a_shell_here_document_would_change():
+    text = (ROOT / "examples" / "train_ddp.py").read_text()
+    assert not [c for c in ("$", "`", "\\") if c in text]
+
+
+# ---- real runs (torch installed by `make setup` / `trainstack smoke install`) ----
+
+@pytest.fixture(scope="module")
+def torch_ready() -> None:
+    try:
+        smoke.probe_torch(sys.executable)
+    except UserError as err:
+        pytest.fail(f"{err.message}: run 'make setup' (it runs 'trainstack smoke install')")
+
+
+@pytest.fixture(scope="module")
+def two_node_run(torch_ready) -> dict:
+    result = run_cli("smoke", "train", "--output", "json", timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout)
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_two_cpu_nodes_train_and_checkpoint(two_node_run):
+    run = two_node_run
+    assert run["ok"] and run["backend"] == "gloo" and run["device"] == "cpu"
+    assert (run["nodes"], run["nproc_per_node"], run["world_size"]) == (2, 1, 2)
+    assert [r["exit_code"] for r in run["ranks"]] == [0, 0]
+    assert len(run["losses"]) == run["steps"] == 30
+    assert run["loss_end"] < run["loss_start"]
+    assert run["checkpoint"]["loads"] and run["checkpoint"]["step"] == run["steps"]
+    assert run["checkpoint"]["params"] > 0
+    assert run["steps_per_s"] > 0 and run["wall_s"] > run["train_s"] > 0
+    port = int(run["ranks"][0]["pet_env"]["PET_MASTER_PORT"])
+    for rank in run["ranks"]:
+        assert rank["pet_env"] == smoke.pet_env("smoke", 2, rank["node_rank"], {"requests": {"cpu": "1"}},
+                                                master_addr="127.0.0.1", master_port=port)
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_the_same_seed_gives_the_same_losses(two_node_run):
+    again = run_cli("smoke", "train", "--output", "json", "--seed", str(two_node_run["seed"]), timeout=600)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert json.loads(again.stdout)["losses"] == two_node_run["losses"]
+    assert len(set(two_node_run["losses"])) > 1
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_a_failing_rank_is_one_clear_line_with_its_log(torch_ready, tmp_path):
+    workdir = tmp_path / "run"
+    result = run_cli("smoke", "train", "--steps", "3", "--workdir", str(workdir), "--", "--bogus", timeout=600)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr + result.stdout
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and result.stderr.strip().splitlines()[-1] == errors[0], result.stderr
+    assert errors[0].startswith("error: node ") and "exited with code 1" in errors[0]
+    assert "unrecognized arguments: --bogus" in errors[0] and str(workdir) in errors[0]
+    assert (workdir / "node-0.stderr.log").is_file()
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_install_is_a_no_op_when_everything_is_there(torch_ready):
+    result = run_cli("smoke", "install")
+    assert result.returncode == 0, result.stderr
+    for package in trainenv.pins():
+        assert any(package in ln and "up to date" in ln for ln in result.stderr.splitlines()), result.stderr
+
+
+def test_a_used_workdir_is_refused(tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    result = run_cli("smoke", "train", "--workdir", str(tmp_path))
+    assert_one_line_error(result, f"--workdir {tmp_path} exists and is not an empty folder")
+    assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_gpu_mode_without_a_gpu_is_one_clear_line(torch_ready):
+    if smoke.probe_torch(sys.executable)["gpus"]:
+        pytest.skip("this machine has a GPU")
+    result = run_cli("smoke", "train", "--gpu")
+    assert_one_line_error(result, "--gpu: no CUDA GPU is visible")
+

@@ -1,0 +1,52 @@
+"""Fixtures of the validate tests: the schema catalog, and a real kube-apiserver as the reference."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from apiserver import ApiServer  # noqa: E402
+from corpus import NAMESPACE  # noqa: E402
+
+from trainstack import tools  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def catalog():
+    """The cached schema catalog (built on first use from the pinned module zips and charts)."""
+    from trainstack.validate import schemas
+
+    return schemas.load()
+
+
+def _need(binary: str) -> Path:
+    found = tools.find(binary)
+    if found is None:
+        pytest.fail(f"{binary} is not installed: run 'trainstack tools install' (make setup does it)")
+    return found
+
+
+@pytest.fixture(scope="session")
+def apiserver(catalog):
+    """etcd + kube-apiserver on 127.0.0.1 with the pinned CRDs and the corpus namespace installed."""
+    from trainstack import lock as lockmod
+    from trainstack.validate import crds
+
+    server = ApiServer(_need("etcd"), _need("kube-apiserver"), _need("kubectl"))
+    try:
+        server.start()
+        found = crds.pinned_crds(lockmod.load())
+        server.install("".join("---\n" + yaml.safe_dump({k: v for k, v in crd.items() if k != "status"})
+                               for _, crd in found))
+        server.install(f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n", wait_crds=False)
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(server.dir, ignore_errors=True)
