@@ -21,9 +21,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv with the trainstack package
 
-setup: venv ## venv + pinned tools + chart dependencies (each step skips itself when done)
+setup: venv ## venv + pinned tools + chart dependencies + torch (each step skips itself when done)
 	$(TS) tools install
 	$(TS) deps
+	$(TS) smoke install
 
 tools: venv ## build the pinned CLIs into ~/.cache/trainstack
 	$(TS) tools install
@@ -50,6 +51,7 @@ e2e: setup ## smoke TrainJobs end to end (PROVIDER=local|kind|existing|auto, ENV
 	$(TS) e2e --provider $(PROVIDER) --env $(ENV)
 
 smoke-train: venv ## real torch DDP training smoke (two ranks on this machine)
+	$(TS) smoke install
 	$(TS) smoke train
 
 bench: setup ## benchmarks; results in bench/results/
