@@ -35,7 +35,7 @@ def kustomize(path: Path) -> list[dict]:
     from trainstack import tools
 
     result = subprocess.run([str(tools.require("kustomize")), "build", str(path)], capture_output=True, text=True,
-                            timeout=300)
+                            timeout=300, check=False)
     assert result.returncode == 0, result.stderr
     return docs_of(result.stdout)
 
@@ -51,18 +51,21 @@ def one(docs: list[dict], kind: str) -> dict:
     return found[0]
 
 
+def fill(text: str, params: dict) -> str:
+    """Go template `{{.param}}` fields, the only template syntax applicationset.yaml uses."""
+    return re.sub(r"\{\{\.(\w+)\}\}", lambda m: str(params[m.group(1)]), text)
+
+
 def generated_applications(appset: dict, cluster: dict) -> list[dict]:
-    """What the ApplicationSet controller makes for one cluster: the list × clusters matrix, with
-    the Go template's `{{.param}}` fields filled (the only template syntax the file uses)."""
+    """What the ApplicationSet controller makes for one cluster: the list × clusters matrix."""
     matrix = appset["spec"]["generators"][0]["matrix"]["generators"]
     elements, selector = matrix[0]["list"]["elements"], matrix[1]["clusters"]["selector"]["matchLabels"]
     apps = []
     for element in elements:
         params = {**element, **cluster}
-        wanted = {k: re.sub(r"\{\{\.(\w+)\}\}", lambda m: params[m.group(1)], v) for k, v in selector.items()}
-        if any(cluster["labels"].get(k) != v for k, v in wanted.items()):
+        if any(cluster["labels"].get(k) != fill(v, params) for k, v in selector.items()):
             continue
-        text = re.sub(r"\{\{\.(\w+)\}\}", lambda m: str(params[m.group(1)]), json.dumps(appset["spec"]["template"]))
+        text = fill(json.dumps(appset["spec"]["template"]), params)
         assert "{{" not in text, text
         apps.append({"apiVersion": "argoproj.io/v1alpha1", "kind": "Application", **json.loads(text)})
     return apps
@@ -196,7 +199,8 @@ def test_every_rendered_object_is_permitted_by_the_project(argocd_objects):
 # ----------------------------------------------------------------------------- the plugin
 def go_struct_fields(source: str) -> dict[str, set[str]]:
     """Struct name -> JSON field names (embedded structs' fields promoted), from Go source."""
-    structs = dict(re.findall(r"type (\w+) struct \{(.*?)\n\}", source, re.S))
+    structs = dict(re.findall(r"type (\w+) struct \{(.*?)\n\}", source, re.DOTALL))
+
     def fields(name: str) -> set[str]:
         out = set()
         for line in structs[name].splitlines():
@@ -264,7 +268,7 @@ def test_plugin_commands_render_an_environment_from_a_bare_checkout(chart_ready,
     app_dir = repo / "overlays" / "prod"
     for step in ("init", "generate"):
         result = subprocess.run([*plugin[step]["command"], *plugin[step]["args"]], cwd=app_dir, env=env,
-                                capture_output=True, text=True, timeout=600)
+                                capture_output=True, text=True, timeout=600, check=False)
         assert result.returncode == 0, (step, result.stderr[-3000:])
     assert (repo / "charts" / "trainstack" / "charts" / ".trainstack-deps.json").is_file()
     assert docs_of(result.stdout) == list(rendered("prod"))

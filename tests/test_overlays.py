@@ -51,7 +51,8 @@ def test_render_equals_plain_kustomize_with_the_pinned_tools(env, chart_ready):
 
     kustomize, helm = tools.require("kustomize"), tools.require("helm")
     built = subprocess.run([str(kustomize), "build", "--enable-helm", "--helm-command", str(helm),
-                            str(ROOT / "overlays" / env)], capture_output=True, text=True, cwd=ROOT, timeout=600)
+                            str(ROOT / "overlays" / env)], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                           check=False)
     assert built.returncode == 0, built.stderr
     assert canonical(docs_of(built.stdout)) == canonical(rendered(env))
 
@@ -216,9 +217,9 @@ def test_torch_distributed_in_every_environment():
 
 def test_mirror_registry_images_only_in_staging_and_prod():
     for env in ENVIRONMENTS:
-        images = [c["image"] for kind in ("Deployment", "ClusterTrainingRuntime")
-                  for obj in objects(env, kind).values() for c in containers(obj)]
-        assert len(images) >= 8, env
+        owners = [obj for kind in ("Deployment", "ClusterTrainingRuntime") for obj in objects(env, kind).values()]
+        assert all(containers(obj) for obj in owners), env
+        images = [c["image"] for obj in owners for c in containers(obj)]
         mirrored = [image.startswith(MIRROR + "/") for image in images]
         assert all(mirrored) if env in HA_ENVS else not any(mirrored), (env, images)
 

@@ -18,7 +18,7 @@ def test_multi_document_indexes_and_start_lines():
     docs = _docs(text)
     assert [d.data for d in docs] == [{"a": 1}, {"b": 2}, {"c": 3}]
     assert [d.line for d in docs] == [3, 7, 10]
-    assert [d.index for d in docs] == [0, 2, 4]
+    assert [d.index for d in docs] == [0, 2, 3]
 
 
 def test_one_broken_document_does_not_hide_the_next():
@@ -38,11 +38,16 @@ def test_document_marker_inside_a_block_scalar_ends_the_document():
     ("12:30", "12:30"), ("0644", 420), ("0x1F", 31), ("0b101", 5), ("1_000", 1000), ("-12", -12),
     ("1.5", 1.5), ("1e3", 1000.0), (".5", 0.5), ("2024-01-01", "2024-01-01"), ("2024-01-01T10:00:00Z",
                                                                                "2024-01-01T10:00:00Z"),
-    ("'y'", "y"), ('"0644"', "0644"), ("09", 9), ("18446744073709551616", "18446744073709551616"), ("+1", 1),
+    ("'y'", "y"), ('"0644"', "0644"), ("09", 9), ("18446744073709551616", 18446744073709551616.0), ("+1", 1),
 ])
 def test_plain_scalars_resolve_like_kubectl(text: str, value):
     [doc] = _docs(f"v: {text}\n")
     assert doc.data["v"] == value and type(doc.data["v"]) is type(value)
+
+
+def test_y_as_a_key_is_true_as_in_go_yaml_v2():
+    [doc] = _docs("y: 1\nn: 2\n")
+    assert doc.data == {"true": 1, "false": 2}
 
 
 def test_non_string_keys_become_their_json_text():
@@ -60,8 +65,8 @@ def test_duplicate_keys_report_path_and_lines():
 
 
 def test_merge_keys_are_not_duplicates():
-    [doc] = _docs("base: &b {x: 1, y: 2}\nuse:\n  <<: *b\n  y: 3\n")
-    assert doc.data["use"] == {"x": 1, "y": 3}
+    [doc] = _docs("base: &b {x: 1, z: 2}\nuse:\n  <<: *b\n  z: 3\n")
+    assert doc.data["use"] == {"x": 1, "z": 3}
     assert not doc.problems
 
 
@@ -77,6 +82,11 @@ def test_alias_bombs_are_refused():
         lines.append(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]")
     [doc] = _docs("\n".join(lines) + "\n")
     assert doc.data is None and "aliases" in doc.problems[0].message
+
+
+def test_recursive_aliases_are_refused():
+    [doc] = _docs("a: &x\n  b: *x\n")
+    assert doc.data is None and "itself" in doc.problems[0].message
 
 
 def test_line_of_a_json_pointer():

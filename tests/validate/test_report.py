@@ -22,7 +22,7 @@ kind: ConfigMap
 metadata:
   name: Bad_Name
 data:
-  n: 1
+  num: 1
 ---
 apiVersion: example.com/v1
 kind: Widget
@@ -44,7 +44,7 @@ def test_json_summary_and_findings(mixed: Path):
     assert code == 1
     assert result["summary"] == {"documents": 3, "errors": 2, "warnings": 1}
     rules = sorted((f["rule"], f["path"], f["line"], f["document"]) for f in result["findings"])
-    assert rules == [("metadata", "/metadata/name", 9, 1), ("schema", "/data/n", 11, 1),
+    assert rules == [("metadata", "/metadata/name", 9, 1), ("schema", "/data/num", 11, 1),
                      ("unknown-kind", "/kind", 14, 2)]
 
 

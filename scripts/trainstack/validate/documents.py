@@ -26,7 +26,7 @@ from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "-"
 
-_ALIAS_LIMIT = 10_000
+_EXPANDED_LIMIT = 1_000_000  # values a document may expand to through aliases (go-yaml refuses such bombs too)
 
 _MARKER = re.compile(r"^(---|\.\.\.)(?=[ \t\r]|$)", re.M)
 
@@ -181,14 +181,15 @@ class _Composer(CParser):
 class _Builder:
     """Node tree -> plain values; notes duplicate keys, nulls and values JSON cannot carry."""
 
-    __slots__ = ("dup_nodes", "has_null", "bad", "memo", "alias_uses")
+    __slots__ = ("dup_nodes", "has_null", "bad", "memo", "sizes", "count")
 
     def __init__(self) -> None:
         self.dup_nodes: list[MappingNode] = []
         self.has_null = False
         self.bad: list[tuple[Node, str]] = []
         self.memo: dict[int, Any] = {}
-        self.alias_uses = 0
+        self.sizes: dict[int, int] = {}
+        self.count = 0
 
     def build(self, node: Node) -> Any:
         cls = node.__class__
@@ -196,10 +197,15 @@ class _Builder:
             return self._scalar(node)
         key = id(node)
         if key in self.memo:
-            self.alias_uses += 1
-            if self.alias_uses > _ALIAS_LIMIT:
-                raise _TooManyAliases()
+            size = self.sizes.get(key)
+            if size is None:
+                raise _TooManyAliases("an anchor's value contains an alias of itself")
+            self.count += size
+            if self.count > _EXPANDED_LIMIT:
+                raise _TooManyAliases(f"the document expands to more than {_EXPANDED_LIMIT} values through aliases")
             return self.memo[key]
+        start = self.count
+        self.count += len(node.value) + 1
         if cls is MappingNode:
             out: dict[str, Any] = {}
             self.memo[key] = out
@@ -246,11 +252,13 @@ class _Builder:
                     self.dup_nodes.append(node)
             if merge:
                 self._merge(out, merge)
+            self.sizes[key] = self.count - start
             return out
         out_list: list[Any] = []
         self.memo[key] = out_list
         build = self.build
         out_list.extend([build(item) for item in node.value])
+        self.sizes[key] = self.count - start
         return out_list
 
     def _scalar(self, node: ScalarNode) -> Any:
@@ -303,6 +311,16 @@ class _Builder:
         return node.value
 
 
+def _key_name(k: ScalarNode, builder: _Builder) -> str:
+    """The JSON key a scalar key node becomes (what the builder used)."""
+    if k.tag.__class__ is slice:
+        if k.style != "":
+            return k.value
+        name = resolve_plain(k.value)
+        return name if name.__class__ is str else _key_string(name)
+    return _key_string(builder._tagged(k))
+
+
 def _key_string(value: Any) -> str:
     """go-yaml v2 + sigs.k8s.io/yaml turn non-string keys into their JSON text."""
     if value is None:
@@ -326,8 +344,13 @@ def split(text: str) -> list[tuple[int, str]]:
     start = 0
     line = 0
     for match in _MARKER.finditer(text):
-        pos = match.start()
-        if pos == start:
+        if match.group(1) == "...":
+            # a document end marker belongs to the document it ends: cut after its line
+            end = text.find("\n", match.end())
+            pos = len(text) if end < 0 else end + 1
+        else:
+            pos = match.start()
+        if pos <= start or pos >= len(text):
             continue
         chunks.append((line, text[start:pos]))
         line += text.count("\n", start, pos)
@@ -351,7 +374,7 @@ def parse_text(text: str, file: str, base_index: int = 0, base_line: int = 0) ->
     if "\r" in text:
         text = text.replace("\r\n", "\n")
     chunks = split(text)
-    skip = 1 if base_index == 0 and base_line == 0 and len(chunks) > 1 and not chunks[0][1].strip() else 0
+    skip = 1 if base_index == 0 and base_line == 0 and len(chunks) > 1 and _blank(chunks[0][1]) else 0
     for number, (offset, chunk) in enumerate(chunks):
         if not chunk.strip():
             continue
@@ -359,10 +382,15 @@ def parse_text(text: str, file: str, base_index: int = 0, base_line: int = 0) ->
     return docs
 
 
+def _blank(chunk: str) -> bool:
+    """Only whitespace and comments (the head before a file's first `---` does not count as a document)."""
+    return all(not line.strip() or line.lstrip().startswith("#") for line in chunk.splitlines())
+
+
 def parts(text: str, size: int) -> list[tuple[int, int, str]]:
     """(first document index, first line offset, text) pieces of about `size` characters, cut at markers."""
     chunks = split(text)
-    skip = 1 if len(chunks) > 1 and not chunks[0][1].strip() else 0
+    skip = 1 if len(chunks) > 1 and _blank(chunks[0][1]) else 0
     out: list[tuple[int, int, str]] = []
     start = 0
     while start < len(chunks):
@@ -419,25 +447,27 @@ def _build(node: Node, offset: int, file: str, index: int) -> Document:
     line = node.start_mark.line + offset + 1
     try:
         data = builder.build(node)
-    except _TooManyAliases:
-        return Document(file, index, line, None, node, offset, problems=[
-            Problem("yaml-syntax", f"the document uses YAML aliases more than {_ALIAS_LIMIT} times", "", line)])
+    except _TooManyAliases as err:
+        return Document(file, index, line, None, None, offset, problems=[
+            Problem("yaml-syntax", f"YAML aliases: {err}", "", line)])
     doc = Document(file, index, line, data, node, offset, builder.has_null)
     if builder.dup_nodes or builder.bad:
         paths = _node_paths(node, {id(n) for n in builder.dup_nodes} | {id(n) for n, _ in builder.bad})
         for dup in builder.dup_nodes:
             seen: dict[str, int] = {}
             for k, _ in dup.value:
-                if isinstance(k, ScalarNode) and k.value != "<<":
-                    if k.value in seen:
+                if isinstance(k, ScalarNode) and not (k.value == "<<" and k.style == ""):
+                    name = _key_name(k, builder)
+                    if name in seen:
                         where = paths.get(id(dup), [])
                         at = k.start_mark.line + offset + 1
+                        shown = name if name == k.value else f"{k.value}' (read as '{name}')"
                         doc.problems.append(Problem(
                             "duplicate-key",
-                            f"duplicate key '{k.value}' at {_dotted(where) or 'the top level'} (first at line "
-                            f"{seen[k.value]}); the API server rejects duplicate fields", pointer(where + [k.value]), at))
+                            f"duplicate key '{shown}' at {_dotted(where) or 'the top level'} (first at line "
+                            f"{seen[name]}); the API server rejects duplicate fields", pointer(where + [name]), at))
                     else:
-                        seen[k.value] = k.start_mark.line + offset + 1
+                        seen[name] = k.start_mark.line + offset + 1
         for bad, message in builder.bad:
             at = bad.start_mark.line + offset + 1
             doc.problems.append(Problem("json-value", message, pointer(paths.get(id(bad), [])), at))
@@ -494,6 +524,9 @@ def _parse_json(text: str, file: str) -> list[Document] | None:
         data = json.loads(text, object_pairs_hook=pairs, parse_constant=_reject_constant)
     except json.JSONDecodeError:
         return None
+    except RecursionError:
+        return [Document(file, 0, 1, None, problems=[
+            Problem("yaml-syntax", "the document nests too deeply to be read", "", 1)])]
     except ValueError as err:
         return [Document(file, 0, 1, None, problems=[Problem("json-value", str(err), "", 1)])]
     doc = Document(file, 0, 1, data, has_null=has_null, text=text)

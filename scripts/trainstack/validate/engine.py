@@ -77,6 +77,17 @@ class Validator:
     # -- one document -------------------------------------------------------------------------
     def document(self, doc: Document, out: Outcome, keep: bool = False) -> None:
         out.documents += 1
+        try:
+            self._document(doc, out, keep)
+        except RecursionError:
+            out.findings.append(Finding(doc.file, doc.line, doc.index, "", "", "", "", "yaml-syntax", ERROR,
+                                        "the document nests too deeply to be validated", ""))
+        except Exception as err:  # noqa: BLE001 - one document must not take the run (and its JSON) down
+            out.findings.append(Finding(doc.file, doc.line, doc.index, "", "", "", "", "internal-error", ERROR,
+                                        f"validate failed on this document: {type(err).__name__}: {err} "
+                                        "(a bug in trainstack validate; please report it)", ""))
+
+    def _document(self, doc: Document, out: Outcome, keep: bool) -> None:
         data = doc.data
         api_version = data.get("apiVersion") if isinstance(data, dict) else None
         kind = data.get("kind") if isinstance(data, dict) else None

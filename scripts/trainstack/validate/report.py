@@ -34,6 +34,7 @@ RULES: dict[str, str] = {
     "quantity": "resource quantities must parse",
     "policy": "ValidatingAdmissionPolicy validations must hold",
     "policy-config": "ValidatingAdmissionPolicies and bindings must be evaluable",
+    "internal-error": "trainstack validate itself failed on the document (a bug)",
 }
 
 
