@@ -27,14 +27,17 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, input_
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
-    """A user error: non-zero exit, one line on stderr starting 'error:', no traceback."""
+    """A user error: non-zero exit, exactly one line on stderr starting 'error:' (after any progress
+    lines), no traceback."""
     assert result.returncode != 0, result
     lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("error:"), lines[0]
+    errors = [ln for ln in lines if ln.startswith("error:")]
+    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr
+    progress = [ln for ln in lines[:-1] if not ln.startswith(("... ", "  done: ", "OCI chart repositories unreachable"))]
+    assert progress == [], result.stderr
     assert "Traceback" not in result.stderr + result.stdout
     for fragment in fragments:
-        assert fragment in lines[0], (fragment, lines[0])
+        assert fragment in errors[0], (fragment, errors[0])
 
 
 @pytest.fixture(scope="session")

@@ -101,3 +101,17 @@ def test_crds_are_generated_not_committed(chart_ready):
                              cwd=ROOT, capture_output=True, text=True).stdout
     assert tracked.strip() == ""
     assert (chart_ready / "crds" / "trainjobs.trainer.kubeflow.org.yaml").is_file()
+
+
+def test_second_run_does_no_work_and_says_so(tmp_path):
+    repo = _copy_repo(tmp_path)
+    env = {"TRAINSTACK_ROOT": str(repo)}
+    first = run_cli("deps", "--source", "source", env=env)
+    assert first.returncode == 0, first.stderr
+    archive = repo / "charts/trainstack/charts/jobset-0.12.0.tgz"
+    mtime = archive.stat().st_mtime_ns
+    second = run_cli("deps", env=env)
+    assert second.returncode == 0 and "nothing to do" in second.stderr
+    assert archive.stat().st_mtime_ns == mtime
+    report = json.loads((repo / "charts/trainstack/charts/.trainstack-deps.json").read_text())
+    assert set(report["sources"]) >= {"argocd", "kwok"}  # every upstream source is fetched and verified up front

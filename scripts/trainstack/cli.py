@@ -48,7 +48,9 @@ def _cmd_deps(args: argparse.Namespace) -> int:
         path = deps.write_chart_lock(paths.chart_dir(), lock.load())
         progress.info(f"wrote {path}")
         return 0
-    result = deps.build(source=args.source)
+    result = deps.build(source=args.source, force=args.force)
+    if result.skipped:
+        progress.info("chart dependencies are up to date with the lock; nothing to do (--force rebuilds)")
     if args.output == "json":
         print(json.dumps(result.__dict__, indent=2, sort_keys=True))
     else:
@@ -120,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="build (default) the dependencies, or lock: rewrite Chart.lock offline")
     deps_p.add_argument("--source", choices=["auto", "oci", "source"], default="auto",
                         help="auto: OCI repositories, else pinned upstream source")
+    deps_p.add_argument("--force", action="store_true", help="rebuild even when up to date with the lock")
     deps_p.add_argument("--output", choices=["text", "json"], default="text")
     deps_p.set_defaults(func=_cmd_deps)
 

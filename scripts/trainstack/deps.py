@@ -34,6 +34,7 @@ class DepsResult:
     charts: dict[str, str]  # name -> archive path
     crds: list[str]
     oci_error: str = ""
+    skipped: bool = False
 
 
 def chart_dependencies(chart_dir: Path) -> list[dict]:
@@ -200,6 +201,17 @@ def _build_from_source(chart_dir: Path, lock: lockmod.Lock, out_dir: Path) -> di
     return result
 
 
+def fetch_sources(lock: lockmod.Lock) -> dict[str, str]:
+    """Fetch and verify every other upstream source in the lock (Argo CD CRDs, KWOK stages) now,
+    so nothing later (tests, validate, e2e) downloads; returns name -> verified module zip."""
+    found = {}
+    for name in lock.get("sources"):
+        source = lock.source(name)
+        with progress.step(f"fetching {source.module}@{source.version} (verified against the lock)"):
+            found[name] = str(_verified_zip(source))
+    return found
+
+
 def _clean(out_dir: Path) -> None:
     if out_dir.is_dir():
         for child in out_dir.iterdir():
@@ -228,13 +240,43 @@ def _write_crds(chart_dir: Path, lock: lockmod.Lock) -> list[str]:
     return sorted(names)
 
 
-def build(source: str = "auto", chart_dir: Path | None = None, lock: lockmod.Lock | None = None) -> DepsResult:
-    """Fill charts/ (and crds/) of the umbrella chart. source: auto | oci | source."""
+def fingerprint(chart_dir: Path, lock: lockmod.Lock) -> str:
+    """What the dependencies are built from: the lock's charts, images and sources, Chart.yaml, Chart.lock."""
+    import hashlib
+
+    pinned = {k: lock.data.get(k) for k in ("charts", "images", "sources")}
+    text = json.dumps(pinned, sort_keys=True) + (chart_dir / "Chart.yaml").read_text() + (chart_dir / "Chart.lock").read_text()
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def up_to_date(chart_dir: Path, lock: lockmod.Lock) -> dict | None:
+    """The last report when charts/ and crds/ were built from exactly this lock, else None."""
+    try:
+        report = json.loads((chart_dir / "charts" / REPORT).read_text())
+    except (OSError, ValueError):
+        return None
+    archives = [chart_dir / "charts" / f"{p.name}-{p.version}.tgz" for p in lock.charts()]
+    crds = [chart_dir / "crds" / f"{name}.yaml" for name in report.get("crds", [])]
+    if report.get("fingerprint") != fingerprint(chart_dir, lock) or not all(p.is_file() for p in archives + crds):
+        return None
+    return report
+
+
+def build(source: str = "auto", chart_dir: Path | None = None, lock: lockmod.Lock | None = None,
+          force: bool = True) -> DepsResult:
+    """Fill charts/ (and crds/) of the umbrella chart. source: auto | oci | source.
+
+    With force=False nothing is done when they were already built from this lock."""
     lock = lock or lockmod.load()
     chart_dir = chart_dir or paths.chart_dir()
     if source not in ("auto", "oci", "source"):
         raise UserError(f"unknown dependency source '{source}'", "use auto, oci or source", exit_code=2)
     verify_chart_lock(chart_dir, lock)
+    previous = None if force else up_to_date(chart_dir, lock)
+    if previous and source in ("auto", previous["source"]):
+        charts = {name: str(chart_dir / "charts" / archive) for name, archive in previous["charts"].items()}
+        return DepsResult(source=previous["source"], charts=charts, crds=previous["crds"],
+                          oci_error=previous.get("oci_error", ""), skipped=True)
     out_dir = chart_dir / "charts"
     _clean(out_dir)
     oci_error = ""
@@ -255,9 +297,10 @@ def build(source: str = "auto", chart_dir: Path | None = None, lock: lockmod.Loc
     if used == "source":
         charts = _build_from_source(chart_dir, lock, out_dir)
     crds = _write_crds(chart_dir, lock)
+    sources = fetch_sources(lock)
     result = DepsResult(source=used, charts=charts, crds=crds, oci_error=oci_error)
     report = {"source": used, "oci_error": oci_error, "charts": {k: Path(v).name for k, v in charts.items()},
-              "crds": crds}
+              "crds": crds, "sources": sources, "fingerprint": fingerprint(chart_dir, lock)}
     (out_dir / REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
     return result
 
@@ -267,7 +310,6 @@ def ensure(lock: lockmod.Lock | None = None) -> None:
     chart_dir = paths.chart_dir()
     report = chart_dir / "charts" / REPORT
     lock = lock or lockmod.load()
-    expected = [chart_dir / "charts" / f"{p.name}-{p.version}.tgz" for p in lock.charts()]
-    if report.is_file() and all(p.is_file() for p in expected) and (chart_dir / "crds").is_dir():
+    if report.is_file() and up_to_date(chart_dir, lock):
         return
     build(lock=lock)
