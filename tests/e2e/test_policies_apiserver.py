@@ -3,6 +3,7 @@ denied requests carry the rule's message, and the environment decides deny versu
 
 from __future__ import annotations
 
+import copy
 import time
 
 import pytest
@@ -82,15 +83,19 @@ def test_dev_warns_where_prod_denies_but_latest_is_denied_everywhere(prod_polici
     cluster.kubectl("delete", "validatingadmissionpolicybindings", "-l", "app.kubernetes.io/part-of=trainstack")
     cluster.apply(dev, server_side=True)
     by_id = {e.obj["metadata"]["name"]: e for e in examples()}
-    too_big, latest_example = by_id["too-many-nodes"], by_id["latest-image"]
+    too_big = by_id["too-many-nodes"]
+    latest_obj = copy.deepcopy(by_id["pinned-image"].obj)
+    latest_obj["metadata"]["name"] = "latest-image"
+    latest_obj["spec"]["trainer"]["image"] = "mirror.example.com/pytorch/pytorch:latest"
+    latest_message = "needs an explicit tag or digest and must not be :latest"
     deadline = time.monotonic() + 60
     while True:  # the API server picks up the new bindings within seconds
         result = _dry_run(cluster, too_big.obj)
-        latest = _dry_run(cluster, latest_example.obj)
+        latest = _dry_run(cluster, latest_obj)
         settled = result.returncode == 0 and "Warning" in result.stderr and latest.returncode != 0
         if settled or time.monotonic() > deadline:
             break
         time.sleep(1)
     assert result.returncode == 0, result.stderr
     assert "Warning" in result.stderr and too_big.message in result.stderr
-    assert latest.returncode != 0 and latest_example.message in latest.stderr
+    assert latest.returncode != 0 and latest_message in latest.stderr
