@@ -147,22 +147,23 @@ def _set_yaml_scalar(path: Path, dotted: str, value: str) -> None:
                     "upstream version whose chart layout differs; check charts in trainstack.lock.yaml")
 
 
+# chart -> (lock image, values key of its image block): what upstream's publishing scripts
+# (hack/helm-chart-package.sh, hack/push-chart.sh) rewrite in values.yaml when they release.
+RELEASE_IMAGES = {"jobset": ("jobset-controller", "image"), "lws": ("lws-controller", "image.manager")}
+
+
 def _release_edits(name: str, workdir: Path, lock: lockmod.Lock) -> None:
-    """The edits upstream's publishing scripts make (hack/helm-chart-package.sh, hack/push-chart.sh)."""
+    """The edits upstream's publishing scripts make: released image, IfNotPresent, chart version."""
     pin = lock.chart(name)
     chart_yaml = workdir / "Chart.yaml"
     meta = yaml.safe_load(chart_yaml.read_text())
-    if name == "jobset":
-        image = lock.image("jobset-controller")
-        _set_yaml_scalar(workdir / "values.yaml", "image.repository", f"{image.registry}/{image.repository}")
-        _set_yaml_scalar(workdir / "values.yaml", "image.tag", image.tag)
-        _set_yaml_scalar(workdir / "values.yaml", "image.pullPolicy", "IfNotPresent")
-        meta["appVersion"] = image.tag
-    elif name == "lws":
-        image = lock.image("lws-controller")
-        _set_yaml_scalar(workdir / "values.yaml", "image.manager.repository", f"{image.registry}/{image.repository}")
-        _set_yaml_scalar(workdir / "values.yaml", "image.manager.tag", image.tag)
-        _set_yaml_scalar(workdir / "values.yaml", "image.manager.pullPolicy", "IfNotPresent")
+    if name in RELEASE_IMAGES:
+        image_name, key = RELEASE_IMAGES[name]
+        image = lock.image(image_name)
+        values = workdir / "values.yaml"
+        _set_yaml_scalar(values, f"{key}.repository", f"{image.registry}/{image.repository}")
+        _set_yaml_scalar(values, f"{key}.tag", image.tag)
+        _set_yaml_scalar(values, f"{key}.pullPolicy", "IfNotPresent")
         meta["appVersion"] = image.tag
     if str(meta.get("version")) != pin.version:
         meta["version"] = pin.version  # the lws tag carries `version: 0.1.0`
