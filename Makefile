@@ -35,6 +35,9 @@ deps: venv ## chart dependencies (OCI, else pinned upstream source)
 render: setup ## render ENV (default dev) to stdout
 	$(TS) render --env $(ENV)
 
+validate: setup ## validate ENV (default dev): schemas, CRD CEL rules, formats, admission policies
+	$(TS) validate --env $(ENV) --policies
+
 docs: venv ## regenerate generated docs (chart README)
 	$(TS) docs
 

@@ -228,7 +228,7 @@ def _load(path: Path) -> Lock:
     if not path.is_file():
         raise UserError(f"lock file {path} not found", "run from a trainstack checkout or set TRAINSTACK_LOCK")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -12,10 +12,9 @@ import yaml
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from apiserver import ApiServer  # noqa: E402
-from corpus import NAMESPACE  # noqa: E402
-
-from trainstack import tools  # noqa: E402
+from apiserver import ApiServer
+from corpus import GADGET_CRD, NAMESPACE
+from trainstack import tools
 
 
 @pytest.fixture(scope="session")
@@ -45,6 +44,7 @@ def apiserver(catalog):
         found = crds.pinned_crds(lockmod.load())
         server.install("".join("---\n" + yaml.safe_dump({k: v for k, v in crd.items() if k != "status"})
                                for _, crd in found))
+        server.install(GADGET_CRD)
         server.install(f"apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {NAMESPACE}\n", wait_crds=False)
         yield server
     finally:

@@ -24,6 +24,7 @@ class Case:
     # raw: POST the file's bytes as they are (JSON), so the API server itself sees duplicate
     # fields; kubectl would convert YAML to JSON first and silently keep the last value.
     raw: bool = False
+    crd: bool = False  # needs GADGET_CRD (installed in the API server, passed to validate as an input)
 
 
 def _pod_template(container: str = "      - name: main\n        image: busybox:1.36\n", labels: str = "app: web",
@@ -115,6 +116,95 @@ spec:
     - namespace: '*'
       server: https://kubernetes.default.svc
 """
+
+
+# A CRD that uses every structural-schema feature the pinned CRDs do not (nullable, embedded
+# resources, int-or-string, list-type set/map, defaults feeding `required` and CEL, formats,
+# messageExpression/fieldPath/reason, a transition rule that must be skipped on create).
+GADGET_CRD = """apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: gadgets.test.trainstack.io
+spec:
+  group: test.trainstack.io
+  names: {kind: Gadget, plural: gadgets, singular: gadget, listKind: GadgetList}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          x-kubernetes-validations:
+            - rule: "self.metadata.name.startsWith('g')"
+              message: gadget names start with g
+          properties:
+            spec:
+              type: object
+              required: [size, mode]
+              x-kubernetes-validations:
+                - rule: "!has(self.maxSize) || self.size <= self.maxSize"
+                  messageExpression: "'size exceeds maxSize in ' + self.mode + ' mode'"
+                  fieldPath: .size
+                - rule: "self.mode == 'fast' || !has(self.turbo)"
+                  message: turbo needs mode fast
+                  reason: FieldValueForbidden
+                - rule: "self.size >= oldSelf.size"
+                  message: size may only grow
+              properties:
+                size: {type: integer, format: int32, minimum: 0}
+                maxSize: {type: integer}
+                mode: {type: string, enum: [fast, slow], default: slow, maxLength: 4}
+                turbo: {type: boolean}
+                port:
+                  x-kubernetes-int-or-string: true
+                  anyOf: [{type: integer}, {type: string}]
+                note: {type: string, nullable: true, maxLength: 10}
+                startAt: {type: string, format: date-time}
+                code: {type: string, pattern: '^[A-Z]{3}$'}
+                config: {type: object, x-kubernetes-preserve-unknown-fields: true}
+                template:
+                  type: object
+                  x-kubernetes-embedded-resource: true
+                  x-kubernetes-preserve-unknown-fields: true
+                tags:
+                  type: array
+                  x-kubernetes-list-type: set
+                  items: {type: string}
+                ports:
+                  type: array
+                  x-kubernetes-list-type: map
+                  x-kubernetes-list-map-keys: [name]
+                  items:
+                    type: object
+                    required: [name]
+                    properties:
+                      name: {type: string}
+                      port: {type: integer}
+                labels:
+                  type: object
+                  additionalProperties: {type: string}
+                checked:
+                  type: object
+                  properties:
+                    value: {type: integer, default: 5}
+                  x-kubernetes-validations:
+                    - rule: "self.value >= 5"
+                      message: value must be at least 5
+"""
+
+
+def gadget(spec: str, name: str = "g1") -> str:
+    return (f"apiVersion: test.trainstack.io/v1\nkind: Gadget\nmetadata:\n  name: {name}\n  namespace: {NAMESPACE}\n"
+            f"spec:\n{spec}")
+
+
+GADGET_VALID = ("  size: 3\n  maxSize: 4\n  mode: fast\n  turbo: true\n  port: http\n  note: null\n"
+                "  startAt: '2024-01-01T00:00:00Z'\n  code: ABC\n  config: {anything: {nested: [1, 2]}}\n"
+                "  template:\n    apiVersion: v1\n    kind: ConfigMap\n    metadata: {name: inner}\n    data: {a: b}\n"
+                "  tags: [a, b]\n  ports: [{name: a, port: 1}, {name: b, port: 2}]\n  labels: {x: z}\n"
+                "  checked: {}\n")
 
 CASES: list[Case] = [
     # -- YAML and type meta ---------------------------------------------------------------------
@@ -284,6 +374,47 @@ CASES: list[Case] = [
     Case("vapb-unknown-field", "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicyBinding\n"
          "metadata:\n  name: corpus-vapb\nspec:\n  policyName: corpus-vap\n  validationActions: [Deny]\n"
          "  action: Deny\n", "reject", "unknown-field", "/spec/action"),
+    # -- a CRD with every structural-schema feature (GADGET_CRD) -------------------------------------
+    Case("gadget-valid", gadget(GADGET_VALID), "accept", crd=True),
+    Case("gadget-default-satisfies-required", gadget("  size: 1\n"), "accept", crd=True),
+    Case("gadget-null-of-non-nullable-is-pruned", gadget("  size: 1\n  turbo: null\n  code: ~\n"), "accept",
+         crd=True),
+    Case("gadget-required-null", gadget("  size: null\n"), "reject", "required", "/spec/size", crd=True),
+    Case("gadget-root-cel", gadget("  size: 1\n", name="x1"), "reject", "cel", "", crd=True),
+    Case("gadget-cel-message-expression-field-path", gadget("  size: 5\n  maxSize: 3\n"), "reject", "cel",
+         "/spec/size", crd=True),
+    Case("gadget-cel-reason-forbidden", gadget("  size: 1\n  mode: slow\n  turbo: false\n"), "reject", "cel",
+         "/spec", crd=True),
+    Case("gadget-cel-sees-defaults", gadget("  size: 1\n  checked: {value: 2}\n"), "reject", "cel",
+         "/spec/checked", crd=True),
+    Case("gadget-int32-range", gadget("  size: 3000000000\n"), "reject", "schema", "/spec/size", crd=True),
+    Case("gadget-minimum", gadget("  size: -1\n"), "reject", "schema", "/spec/size", crd=True),
+    Case("gadget-int-or-string-bool", gadget("  size: 1\n  port: true\n"), "reject", "schema", "/spec/port",
+         crd=True),
+    Case("gadget-nullable-max-length", gadget("  size: 1\n  note: '12345678901'\n"), "reject", "schema",
+         "/spec/note", crd=True),
+    Case("gadget-date-time", gadget("  size: 1\n  startAt: yesterday\n"), "reject", "schema", "/spec/startAt",
+         crd=True),
+    Case("gadget-pattern", gadget("  size: 1\n  code: abc\n"), "reject", "schema", "/spec/code", crd=True),
+    Case("gadget-enum", gadget("  size: 1\n  mode: medium\n"), "reject", "schema", "/spec/mode", crd=True),
+    Case("gadget-embedded-no-kind", gadget("  size: 1\n  template: {apiVersion: v1, metadata: {name: x}}\n"),
+         "reject", "required", "/spec/template/kind", crd=True),
+    Case("gadget-embedded-bad-name", gadget("  size: 1\n  template: {apiVersion: v1, kind: ConfigMap, "
+                                            "metadata: {name: a/b}}\n"), "reject", "embedded-resource",
+         "/spec/template/metadata/name", crd=True),
+    Case("gadget-embedded-unknown-metadata-field", gadget("  size: 1\n  template: {apiVersion: v1, kind: ConfigMap, "
+                                                          "metadata: {name: a, colour: red}}\n"),
+         "reject", "unknown-field", "/spec/template/metadata/colour", crd=True),
+    Case("gadget-set-duplicate", gadget("  size: 1\n  tags: [a, a]\n"), "reject", "list-map", "/spec/tags",
+         crd=True),
+    Case("gadget-map-duplicate", gadget("  size: 1\n  ports: [{name: a, port: 1}, {name: a, port: 2}]\n"),
+         "reject", "list-map", "/spec/ports/1", crd=True),
+    Case("gadget-unknown-field", gadget("  size: 1\n  colour: red\n"), "reject", "unknown-field", "/spec/colour",
+         crd=True),
+    Case("gadget-map-value-type", gadget("  size: 1\n  labels: {x: 1}\n"), "reject", "schema", "/spec/labels/x",
+         crd=True),
+    Case("gadget-preserve-unknown-anything", gadget("  size: 1\n  config: {a: [1, {b: null}], c: true}\n"),
+         "accept", crd=True),
     # -- TrainJob ---------------------------------------------------------------------------------
     Case("trainjob-valid", trainjob("  runtimeRef:\n    name: torch-distributed\n  trainer:\n    numNodes: 2\n"
                                     "    resourcesPerNode:\n      limits: {nvidia.com/gpu: 1}\n"), "accept"),

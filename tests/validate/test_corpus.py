@@ -9,17 +9,27 @@ import json
 from pathlib import Path
 
 import pytest
-from corpus import CASES, Case
-
+from corpus import CASES, GADGET_CRD, Case
 from trainstack.validate import command
 
 FIELDS = {"file", "line", "document", "apiVersion", "kind", "namespace", "name", "rule", "severity", "message", "path"}
 
 
-def _run(case: Case, tmp_path: Path, *extra: str) -> tuple[int, dict, Path]:
-    path = tmp_path / f"{case.id}.{case.suffix}"
+def inputs(case: Case, folder: Path) -> tuple[Path, list[str]]:
+    """The case's file (and the Gadget CRD when the case needs it) as validate arguments."""
+    path = folder / f"{case.id}.{case.suffix}"
     path.write_text(case.text)
-    code, out = command.run([str(path), "--output", "json", *extra])
+    args = [str(path)]
+    if case.crd:
+        crd = folder / "gadget-crd.yaml"
+        crd.write_text(GADGET_CRD)
+        args.append(str(crd))
+    return path, args
+
+
+def _run(case: Case, tmp_path: Path, *extra: str) -> tuple[int, dict, Path]:
+    path, args = inputs(case, tmp_path)
+    code, out = command.run([*args, "--output", "json", *extra])
     return code, json.loads(out), path
 
 
@@ -29,6 +39,7 @@ def test_case_verdict_rule_and_message(case: Case, tmp_path: Path):
     errors = [f for f in result["findings"] if f["severity"] == "error"]
     assert set(result["summary"]) == {"documents", "errors", "warnings"}
     assert result["summary"]["errors"] == len(errors)
+    assert result["summary"]["documents"] == (2 if case.crd else 1)
     for finding in result["findings"]:
         assert set(finding) == FIELDS
         assert finding["file"] == str(path)
@@ -53,9 +64,8 @@ def test_case_verdict_rule_and_message(case: Case, tmp_path: Path):
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.expect == "reject"][:12], ids=lambda c: c.id)
 def test_text_output_names_file_object_and_field(case: Case, tmp_path: Path):
-    path = tmp_path / f"{case.id}.{case.suffix}"
-    path.write_text(case.text)
-    code, out = command.run([str(path), "--strict"])
+    path, args = inputs(case, tmp_path)
+    code, out = command.run([*args, "--strict"])
     assert code == 1
     first = out.splitlines()[0]
     assert first.startswith(f"{path}:"), first
@@ -143,3 +153,14 @@ spec:
     assert "size must be at most 10" in by_name["big"][0]["message"]
     assert {f["rule"] for f in by_name["bad"]} == {"schema", "unknown-field"}
     assert result["summary"]["documents"] == 4
+
+
+def test_cel_message_expression_and_defaults(tmp_path: Path):
+    """messageExpression is evaluated over the defaulted object (mode defaults to slow)."""
+    from corpus import by_id
+
+    code, result, _ = _run(by_id("gadget-cel-message-expression-field-path"), tmp_path)
+    [finding] = [f for f in result["findings"] if f["rule"] == "cel"]
+    assert code == 1
+    assert "size exceeds maxSize in slow mode" in finding["message"]
+    assert finding["path"] == "/spec/size" and finding["line"] == 7

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from corpus import CASES, Case
-
+from test_corpus import inputs
 from trainstack.validate import command
 
 pytestmark = pytest.mark.slow
@@ -43,9 +43,8 @@ def server_verdicts(apiserver, catalog, tmp_path_factory) -> dict[str, tuple[boo
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_verdict_matches_the_api_server(case: Case, server_verdicts, tmp_path: Path):
     accepted, server_message = server_verdicts[case.id]
-    path = tmp_path / f"{case.id}.{case.suffix}"
-    path.write_text(case.text)
-    code, out = command.run([str(path), "--strict", "--output", "json"])
+    _, args = inputs(case, tmp_path)
+    code, out = command.run([*args, "--strict", "--output", "json"])
     ours = json.loads(out)
     errors = [f["message"] for f in ours["findings"] if f["severity"] == "error"]
     assert (code == 0) == accepted, (
@@ -55,9 +54,9 @@ def test_verdict_matches_the_api_server(case: Case, server_verdicts, tmp_path: P
 
 
 # -- ValidatingAdmissionPolicies: the same policies installed in the API server -----------------
-from policy_corpus import CASES as POLICY_CASES  # noqa: E402
-from policy_corpus import POLICIES, SETUP, PolicyCase  # noqa: E402
-from test_policies import run_policy_case  # noqa: E402
+from policy_corpus import CASES as POLICY_CASES
+from policy_corpus import POLICIES, SETUP, PolicyCase
+from test_policies import run_policy_case
 
 
 @pytest.fixture(scope="module")

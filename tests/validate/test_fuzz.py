@@ -11,7 +11,6 @@ from pathlib import Path
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
 from trainstack.validate import command
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_cli(*args: str, input_text: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess, as a user runs it."""
     return subprocess.run([sys.executable, "-m", "trainstack", *args], capture_output=True, text=True, cwd=ROOT,
-                          input=input_text, timeout=timeout)
+                          input=input_text, timeout=timeout, check=False)
 
 KINDS = [("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "Deployment"), ("batch/v1", "Job"),
          ("trainer.kubeflow.org/v1alpha1", "TrainJob"), ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"),

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 from policy_corpus import CASES, NS, POLICIES, SETUP, PolicyCase
-
 from trainstack.validate import command
 
 
@@ -35,7 +34,7 @@ def run_policy_case(case: PolicyCase, folder: Path) -> tuple[int, str, list[str]
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_policy_case(case: PolicyCase, tmp_path: Path):
-    code, verdict, messages, result = run_policy_case(case, tmp_path)
+    _code, verdict, messages, result = run_policy_case(case, tmp_path)
     assert verdict == case.expect, messages
     if case.fragment:
         assert any(case.fragment in m for m in messages), messages
@@ -74,5 +73,5 @@ def test_namespace_selector_uses_the_namespace_labels(tmp_path: Path):
     other = CASES[1].text.replace(f"namespace: {NS}", "namespace: elsewhere")
     (tmp_path / "00.yaml").write_text(SETUP + "---\n" + POLICIES)
     (tmp_path / "10.yaml").write_text(other)
-    code, out = command.run([str(tmp_path), "--policies", "-o", "json"])
+    _code, out = command.run([str(tmp_path), "--policies", "-o", "json"])
     assert not [f for f in json.loads(out)["findings"] if f["name"] == "noteam" and f["rule"] == "policy"]

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-
 from trainstack.validate import command
 
 MIXED = """apiVersion: v1

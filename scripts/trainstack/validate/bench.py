@@ -180,37 +180,43 @@ def export_schemas(catalog, keys: list[str], folder: Path) -> str:
 
 
 # ----------------------------------------------------------------------------- measuring
-def _tree_rss(pid: int) -> int:
-    """Summed resident memory (bytes) of pid and all its descendants."""
-    total = 0
+def _tree_memory(pid: int) -> tuple[int, int]:
+    """(RSS, PSS) in bytes, summed over pid and all its descendants.
+
+    RSS counts pages a forked worker shares with its parent once per process; PSS splits them,
+    so it is the fairer total for a process tree."""
+    rss = pss = 0
     todo = [pid]
     while todo:
         current = todo.pop()
         try:
-            with open(f"/proc/{current}/status") as status:
-                for line in status:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1]) * 1024
+            with open(f"/proc/{current}/smaps_rollup") as rollup:
+                for line in rollup:
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1]) * 1024
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1]) * 1024
                         break
             for task in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{task}/children") as children:
                     todo.extend(int(c) for c in children.read().split())
         except (OSError, ValueError):
             continue
-    return total
+    return rss, pss
 
 
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run cmd once: wall seconds, peak summed RSS, exit code, stdout."""
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    peak = 0
+    peak = peak_pss = 0
     done = threading.Event()
 
     def sample() -> None:
-        nonlocal peak
+        nonlocal peak, peak_pss
         while not done.is_set():
-            peak = max(peak, _tree_rss(proc.pid))
+            rss, pss = _tree_memory(proc.pid)
+            peak, peak_pss = max(peak, rss), max(peak_pss, pss)
             done.wait(0.01)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -219,7 +225,8 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]
     wall = time.perf_counter() - start
     done.set()
     sampler.join()
-    return {"seconds": wall, "peak_rss_bytes": peak, "exit_code": proc.returncode, "stdout": out, "stderr": err}
+    return {"seconds": wall, "peak_rss_bytes": peak, "peak_pss_bytes": peak_pss, "exit_code": proc.returncode,
+            "stdout": out, "stderr": err}
 
 
 def _best(runs: list[dict]) -> dict:
@@ -276,6 +283,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "ratio": round(ratio, 3),
         "trainstack_peak_rss_mb": round(ours["peak_rss_bytes"] / 2**20, 1),
         "kubeconform_peak_rss_mb": round(theirs["peak_rss_bytes"] / 2**20, 1),
+        "trainstack_peak_pss_mb": round(ours["peak_pss_bytes"] / 2**20, 1),
+        "kubeconform_peak_pss_mb": round(theirs["peak_pss_bytes"] / 2**20, 1),
         "trainstack_seconds": round(ours["seconds"], 3),
         "kubeconform_seconds": round(theirs["seconds"], 3),
         "runs": repeats,

@@ -151,7 +151,7 @@ def _ipv(value: Any):
 
 def _cidr(text: str) -> dict:
     try:
-        network = ipaddress.ip_interface(text)
+        ipaddress.ip_interface(text)
         if "/" not in text:
             raise ValueError("missing prefix length")
     except ValueError as err:

@@ -28,7 +28,7 @@ STDIN = "-"
 
 _EXPANDED_LIMIT = 1_000_000  # values a document may expand to through aliases (go-yaml refuses such bombs too)
 
-_MARKER = re.compile(r"^(---|\.\.\.)(?=[ \t\r]|$)", re.M)
+_MARKER = re.compile(r"^(---|\.\.\.)(?=[ \t\r]|$)", re.MULTILINE)
 
 
 @dataclass
@@ -181,7 +181,7 @@ class _Composer(CParser):
 class _Builder:
     """Node tree -> plain values; notes duplicate keys, nulls and values JSON cannot carry."""
 
-    __slots__ = ("dup_nodes", "has_null", "bad", "memo", "sizes", "count")
+    __slots__ = ("bad", "count", "dup_nodes", "has_null", "memo", "sizes")
 
     def __init__(self) -> None:
         self.dup_nodes: list[MappingNode] = []
@@ -238,7 +238,7 @@ class _Builder:
                             value = cache[text] if text in cache else resolve_plain(text)
                             if value is None:
                                 self.has_null = True
-                            elif value.__class__ is float and (value != value or value in _INFINITIES):
+                            elif value.__class__ is float and not math.isfinite(value):
                                 self.bad.append((v, f"{text} cannot be represented in JSON"))
                             out[name] = value
                         else:
@@ -247,9 +247,8 @@ class _Builder:
                         out[name] = scalar(v)
                 else:
                     out[name] = build(v)
-            if len(out) != len(node.value):
-                if merge is None or len(out) + len(merge) != len(node.value):
-                    self.dup_nodes.append(node)
+            if len(out) != len(node.value) and (merge is None or len(out) + len(merge) != len(node.value)):
+                self.dup_nodes.append(node)
             if merge:
                 self._merge(out, merge)
             self.sizes[key] = self.count - start
@@ -268,7 +267,7 @@ class _Builder:
             value = resolve_plain(node.value)
             if value is None:
                 self.has_null = True
-            elif value.__class__ is float and (value != value or value in _INFINITIES):
+            elif value.__class__ is float and not math.isfinite(value):
                 self.bad.append((node, f"{node.value} cannot be represented in JSON"))
             return value
         return self._tagged(node)

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from . import documents, formats, report, semantics, structural
+from . import documents, formats, semantics, structural
 from .documents import Document
 from .report import ERROR, WARNING, Finding, Result
 from .schemas import Catalog, KindInfo, _Broken
@@ -221,16 +221,16 @@ def _describe(err, info: KindInfo) -> list[tuple[str, str, str]]:
     what = f"{info.kind} {info.apiVersion}"
     if kind == "AdditionalProperties":
         return [("unknown-field", documents.pointer(parts + [name]),
-                 f"{_field(parts + [name])}: unknown field \"{name}\": {what} does not define it here "
-                 "(strict field validation rejects unknown fields)") for name in details.get("unexpected", [])]
+                 (f"{_field(parts + [name])}: unknown field \"{name}\": {what} does not define it here "
+                 "(strict field validation rejects unknown fields)")) for name in details.get("unexpected", [])]
     if kind == "Required":
         name = details.get("property", "")
         return [("required", documents.pointer(parts + [name]), f"{_field(parts + [name])}: Required value")]
     if kind == "Type":
         types = details.get("types") or []
         expected = " or ".join(types) if isinstance(types, list) else str(types)
-        return [("schema", path, f"{where}: Invalid value: {_short(value)}: expected {expected}, "
-                                  f"got {_json_type(value)}")]
+        return [("schema", path, (f"{where}: Invalid value: {_short(value)}: expected {expected}, "
+                                  f"got {_json_type(value)}"))]
     if kind == "Enum":
         options = ", ".join(_short(o) for o in details.get("options", []))
         if parts in (["apiVersion"], ["kind"]):
@@ -239,11 +239,11 @@ def _describe(err, info: KindInfo) -> list[tuple[str, str, str]]:
     if kind == "Pattern":
         pattern = details.get("pattern", "")
         if pattern == formats.QUANTITY_PATTERN:
-            return [("quantity", path, f"{where}: Invalid value: {_short(value)}: quantities must match the regular "
-                                        "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")]
+            return [("quantity", path, (f"{where}: Invalid value: {_short(value)}: quantities must match the regular "
+                                        "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"))]
         if pattern in (formats.RFC3339_PATTERN, formats.CRD_DATETIME_PATTERN):
-            return [("schema", path, f"{where}: Invalid value: {_short(value)}: must be an RFC 3339 date-time "
-                                      "(e.g. 2006-01-02T15:04:05Z)")]
+            return [("schema", path, (f"{where}: Invalid value: {_short(value)}: must be an RFC 3339 date-time "
+                                      "(e.g. 2006-01-02T15:04:05Z)"))]
         if pattern == formats.BASE64_PATTERN:
             return [("schema", path, f"{where}: Invalid value: {_short(value)}: must be base64-encoded")]
         return [("schema", path, f"{where}: Invalid value: {_short(value)}: should match '{pattern}'")]

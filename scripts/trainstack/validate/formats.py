@@ -114,9 +114,9 @@ def qualified_name(value: str) -> list[str]:
         errs = ["prefix part must be non-empty"] if not prefix else ["prefix part " + e for e in
                                                                      dns1123_subdomain(prefix)]
     else:
-        return ["a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+        return [("a qualified name must consist of alphanumeric characters, '-', '_' or '.', and must start and end "
                 "with an alphanumeric character, with an optional DNS subdomain prefix and '/' (e.g. "
-                "'example.com/MyName')"]
+                "'example.com/MyName')")]
     if not name:
         errs.append("name part must be non-empty")
     elif len(name) > 63:
@@ -140,8 +140,8 @@ def quantity(value: Any) -> list[str]:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return ["quantities must be strings or numbers"]
     if isinstance(value, str) and not _QUANTITY.match(value):
-        return ["quantities must match the regular expression "
-                "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"]
+        return [("quantities must match the regular expression "
+                "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")]
     return []
 
 
@@ -203,8 +203,8 @@ def check_metadata(meta: Any, kind: str, builtin: bool, namespaced: bool, root: 
                 out.append((f"/finalizers/{i}", f"metadata.finalizers[{i}]: Invalid value: {_q(fin)}: {msg}",
                             "error" if builtin else "warning"))
             if "/" not in fin and fin not in STANDARD_FINALIZERS:
-                out.append((f"/finalizers/{i}", f"metadata.finalizers[{i}]: Invalid value: {_q(fin)}: name is neither "
-                            "a standard finalizer name nor is it fully qualified", "error" if builtin else "warning"))
+                out.append((f"/finalizers/{i}", (f"metadata.finalizers[{i}]: Invalid value: {_q(fin)}: name is neither "
+                            "a standard finalizer name nor is it fully qualified"), "error" if builtin else "warning"))
     return out
 
 
@@ -233,6 +233,6 @@ def check_annotations(annotations: Any, where: str, pointer: str) -> list[tuple[
             out.append((f"{pointer}/{esc}", f"{where}: Invalid value: {_q(key)}: annotation key: {msg}", "error"))
         total += len(key.encode()) + (len(value.encode()) if isinstance(value, str) else 0)
     if total > TOTAL_ANNOTATION_SIZE:
-        out.append((pointer, f"{where}: Too long: may not be more than {TOTAL_ANNOTATION_SIZE} bytes "
-                    f"(the annotations take {total})", "error"))
+        out.append((pointer, (f"{where}: Too long: may not be more than {TOTAL_ANNOTATION_SIZE} bytes "
+                    f"(the annotations take {total})"), "error"))
     return out

@@ -210,8 +210,8 @@ def _params(policy: _Compiled, spec: dict, doc: _Doc, docs: list[_Doc], catalog)
     if not found:
         if ref.get("parameterNotFoundAction") == "Deny":
             where = f"{namespace}/{ref.get('name', '')}" if namespace else str(ref.get("name", ""))
-            return [(None, f"no params found for policy binding with `Deny` parameterNotFoundAction "
-                           f"({kind} {where})")]
+            return [(None, (f"no params found for policy binding with `Deny` parameterNotFoundAction "
+                           f"({kind} {where})"))]
         return []
     return [(d.data, "") for d in found]
 

@@ -45,7 +45,7 @@ class Finding:
     file: str
     line: int
     document: int
-    apiVersion: str  # noqa: N815 - the JSON field name users see
+    apiVersion: str
     kind: str
     namespace: str
     name: str
@@ -175,7 +175,14 @@ def to_sarif(result: Result, version: str = "") -> str:
 
 
 def _uri(file: str) -> str:
-    """A relative URI for SARIF (spaces and the like percent-encoded)."""
+    """A SARIF artifact URI: file:// for absolute paths, a relative reference otherwise."""
+    from pathlib import Path
     from urllib.parse import quote
 
-    return quote(file.lstrip("/") if not file.startswith("<") else file.strip("<>").replace(" ", "-"), safe="/:.-_")
+    if file == "-":
+        return "stdin"
+    if file.startswith("<"):  # a rendered environment: "<render --env dev>" -> "render-env-dev"
+        return quote("-".join(file.strip("<>").replace("-", " ").split()), safe="-")
+    if Path(file).is_absolute():
+        return Path(file).as_uri()
+    return quote(file, safe="/._-")

@@ -16,8 +16,8 @@ from typing import Any
 
 import jsonschema_rs
 
-from .. import paths, progress, tools
 from .. import lock as lockmod
+from .. import paths, progress, tools
 from ..errors import UsageError, UserError
 from . import builtin, crds
 
@@ -30,7 +30,7 @@ K8S_MODULE = "k8s.io/kubernetes"
 class KindInfo:
     """One servable kind: where its schema came from and how the API server addresses it."""
 
-    apiVersion: str  # noqa: N815
+    apiVersion: str
     kind: str
     group: str
     version: str

@@ -72,17 +72,17 @@ def check(obj: dict, kind: str, api_version: str) -> list[Issue]:
                 for key in values:
                     if len(key) > 253 or not _CONFIG_KEY.match(key):
                         out.append(("schema", pointer([field, key]),
-                                    f"{field}[{key}]: Invalid value: {key!r}: a valid config key must consist of "
+                                    (f"{field}[{key}]: Invalid value: {key!r}: a valid config key must consist of "
                                     "alphanumeric characters, '-', '_' or '.' (e.g. 'key.name', or 'KEY_NAME', "
-                                    "or 'key-name')"))
+                                    "or 'key-name')")))
     elif kind in ("RoleBinding", "ClusterRoleBinding") and api_version == "rbac.authorization.k8s.io/v1":
         subjects = obj.get("subjects")
         if isinstance(subjects, list):
             for i, subject in enumerate(subjects):
                 if isinstance(subject, dict) and subject.get("kind") not in _SUBJECT_KINDS:
                     out.append(("schema", pointer(["subjects", i, "kind"]),
-                                f"subjects[{i}].kind: Unsupported value: {subject.get('kind')!r}: supported values: "
-                                '"Group", "ServiceAccount", "User"'))
+                                (f"subjects[{i}].kind: Unsupported value: {subject.get('kind')!r}: supported values: "
+                                '"Group", "ServiceAccount", "User"')))
     return out
 
 
@@ -155,8 +155,8 @@ def _requests_within_limits(resources: Any, path: list, out: list[Issue]) -> Non
         if low > high:
             where = _dotted(path + ["requests", name])
             out.append(("quantity", pointer(path + ["requests", name]),
-                        f"{where}: Invalid value: {str(request)!r}: must be less than or equal to {name} limit of "
-                        f"{limits[name]}"))
+                        (f"{where}: Invalid value: {str(request)!r}: must be less than or equal to {name} limit of "
+                        f"{limits[name]}")))
 
 
 def selector_matches(selector: dict, labels: dict) -> bool:
@@ -185,8 +185,8 @@ def _selector(obj: dict, base: list, out: list[Issue]) -> None:
     if not isinstance(selector, dict):
         return
     if not selector.get("matchLabels") and not selector.get("matchExpressions"):
-        out.append(("required", "/spec/selector", "spec.selector: Invalid value: empty selector is invalid for "
-                                                  f"{obj.get('kind')}"))
+        out.append(("required", "/spec/selector", ("spec.selector: Invalid value: empty selector is invalid for "
+                                                  f"{obj.get('kind')}")))
         return
     if isinstance(labels, dict) and not selector_matches(selector, labels):
         where = _dotted(base + ["metadata", "labels"])

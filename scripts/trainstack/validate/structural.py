@@ -198,19 +198,19 @@ def _rules(obj: Any, rules: list[Rule], path: list, out: list[Issue]) -> None:
             target = path + [p for p in rule.field_path.strip(".").split(".") if p]
             where = _dotted(target)
         if rule.program is None:
-            out.append(("cel", pointer(target), f"{where}: Invalid value: rule compile error: {rule.compile_error} "
-                                                 f"(rule: {rule.rule})"))
+            out.append(("cel", pointer(target), (f"{where}: Invalid value: rule compile error: {rule.compile_error} "
+                                                 f"(rule: {rule.rule})")))
             continue
         value, error = env.evaluate(rule.program, activation)
         if error:
-            out.append(("cel", pointer(target), f"{where}: Invalid value: evaluating the rule failed: {error} "
-                                                 f"(rule: {rule.rule})"))
+            out.append(("cel", pointer(target), (f"{where}: Invalid value: evaluating the rule failed: {error} "
+                                                 f"(rule: {rule.rule})")))
             continue
         if value is True:
             continue
         if value is not False:
-            out.append(("cel", pointer(target), f"{where}: Invalid value: the rule must evaluate to a boolean, "
-                                                 f"got {value!r} (rule: {rule.rule})"))
+            out.append(("cel", pointer(target), (f"{where}: Invalid value: the rule must evaluate to a boolean, "
+                                                 f"got {value!r} (rule: {rule.rule})")))
             continue
         message = rule.message or f"failed rule: {rule.rule}"
         if rule.message_expression:
@@ -222,8 +222,8 @@ def _rules(obj: Any, rules: list[Rule], path: list, out: list[Issue]) -> None:
         kind = {"FieldValueRequired": "Required value", "FieldValueForbidden": "Forbidden",
                 "FieldValueDuplicate": "Duplicate value"}.get(rule.reason, "Invalid value")
         shown = _short(obj)
-        out.append(("cel", pointer(target), f"{where}: {kind}: {shown + ': ' if shown else ''}{message} "
-                                             f"(rule: {rule.rule})"))
+        out.append(("cel", pointer(target), (f"{where}: {kind}: {shown + ': ' if shown else ''}{message} "
+                                             f"(rule: {rule.rule})")))
 
 
 def _short(value: Any) -> str:
@@ -247,8 +247,8 @@ def _list_map(items: list, plan: Plan, path: list, out: list[Issue]) -> None:
         if text in seen:
             shown = ", ".join(f"{k}={v!r}" for k, v in zip(keys, key))
             out.append(("list-map", pointer(path + [i]),
-                        f"{_dotted(path + [i])}: Duplicate value: an entry with {shown} is already at index "
-                        f"{seen[text]} (x-kubernetes-list-map-keys: {', '.join(keys)} must be unique)"))
+                        (f"{_dotted(path + [i])}: Duplicate value: an entry with {shown} is already at index "
+                        f"{seen[text]} (x-kubernetes-list-map-keys: {', '.join(keys)} must be unique)")))
         else:
             seen[text] = i
 
@@ -264,8 +264,8 @@ def _embedded(obj: dict, path: list, out: list[Issue]) -> None:
         errs = formats.dns1035_label(kind.lower())
         if errs:
             out.append(("embedded-resource", pointer(path + ["kind"]),
-                        f"{where}.kind: Invalid value: {kind!r}: may have mixed case, but should otherwise match: "
-                        f"{errs[-1]}"))
+                        (f"{where}.kind: Invalid value: {kind!r}: may have mixed case, but should otherwise match: "
+                        f"{errs[-1]}")))
     meta = obj.get("metadata")
     if isinstance(meta, dict):
         for sub, message, severity in formats.check_metadata(meta, "", builtin=False,
