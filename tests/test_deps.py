@@ -27,6 +27,7 @@ def test_source_build_is_byte_stable_and_matches_published_layout(chart_ready, l
     first, second = tmp_path / "a", tmp_path / "b"
     built_a = deps._build_from_source(chart_ready, lock, first)
     built_b = deps._build_from_source(chart_ready, lock, second)
+    assert built_a.keys() == built_b.keys()
     for name in built_a:
         assert (first / f"{name}-{lock.chart(name).version}.tgz").read_bytes() == \
                (second / f"{name}-{lock.chart(name).version}.tgz").read_bytes()

@@ -136,7 +136,7 @@ def build_parser() -> argparse.ArgumentParser:
     lock_p.add_argument("--output", choices=["text", "json"], default="text")
     lock_p.set_defaults(func=_cmd_lock)
 
-    docs_p = sub.add_parser("docs", help="regenerate the chart README from values.yaml")
+    docs_p = sub.add_parser("docs", help="regenerate generated docs: the chart README and the README tables")
     docs_p.add_argument("--check", action="store_true", help="fail when a generated file is stale")
     docs_p.set_defaults(func=_cmd_docs)
 

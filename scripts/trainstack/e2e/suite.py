@@ -169,12 +169,20 @@ def expected_env(job: SmokeJob) -> dict[str, str | None]:
     return {}
 
 
-def render(env: str, lock: lockmod.Lock, include_crds: bool = True) -> list[dict[str, Any]]:
+def value_args(env: str, data_cache: bool = False) -> list[str]:
+    """Helm value arguments for `env`; with `data_cache`, the LWS data cache on for the smoke namespace."""
+    args = ["-f", str(values_file(env))]
+    if data_cache:
+        args += ["--set", "dataCache.enabled=true", "--set", f"dataCache.namespaces={{{SMOKE_NS}}}"]
+    return args
+
+
+def render(env: str, lock: lockmod.Lock, include_crds: bool = True, data_cache: bool = False) -> list[dict[str, Any]]:
     """What `helm install` will create: `helm template` with the same chart, release, namespace and values."""
     from .. import deps
 
     deps.ensure(lock)
-    args = ["template", RELEASE, str(paths.chart_dir()), "--namespace", NAMESPACE, "-f", str(values_file(env))]
+    args = ["template", RELEASE, str(paths.chart_dir()), "--namespace", NAMESPACE, *value_args(env, data_cache)]
     if include_crds:
         args.append("--include-crds")
     result = helm.run(args, lock=lock)
@@ -234,9 +242,11 @@ class Suite:
         lock: lockmod.Lock | None = None,
         keep: bool = False,
         log: Callable[[str], None] | None = None,
+        data_cache: bool = False,
     ) -> None:
         self.provider = provider
         self.env = env
+        self.data_cache = data_cache
         self.run_dir = run_dir
         self.lock = lock or lockmod.load()
         self.keep = keep
@@ -310,7 +320,7 @@ class Suite:
 
     # -- steps ------------------------------------------------------------------------------
     def render_chart(self) -> str:
-        self.rendered = render(self.env, self.lock)
+        self.rendered = render(self.env, self.lock, data_cache=self.data_cache)
         self.job_labels = required_labels(self.rendered)
         runtimes = golden_runtimes(self.rendered)
         if not runtimes:
@@ -340,12 +350,13 @@ class Suite:
             "-n",
             NAMESPACE,
             "--create-namespace",
-            "-f",
-            str(values_file(self.env)),
+            *value_args(self.env, self.data_cache),
             "--wait",
             "--timeout",
             "180s",
         )
+        if self.data_cache:  # the chart puts the cache initializer's ServiceAccount there
+            self.kube.kubectl("create", "namespace", SMOKE_NS, check=False)
         log_path = self.run_dir / "helm-install.log"
         with log_path.open("w") as sink:
             sink.write("$ " + " ".join(cmd) + "\n")
