@@ -8,7 +8,7 @@ ENV ?= dev
 PROVIDER ?= local
 PYTEST_ARGS ?=
 
-.PHONY: setup venv tools deps render validate test test-fast e2e smoke-train bench bench-e2e docs lock-check clean help
+.PHONY: setup venv tools deps render validate test test-fast e2e e2e-data-cache smoke-train bench bench-e2e docs lock-check clean help
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -52,6 +52,9 @@ test-fast: venv ## the tests that need no built tools
 
 e2e: setup ## smoke TrainJobs end to end (PROVIDER=local|kind|existing|auto, ENV=dev)
 	$(TS) e2e --provider $(PROVIDER) --env $(ENV)
+
+e2e-data-cache: setup ## make e2e with the LWS data cache on
+	$(TS) e2e --provider $(PROVIDER) --env $(ENV) --data-cache
 
 smoke-train: venv ## real torch DDP training smoke (two ranks on this machine)
 	$(TS) smoke install

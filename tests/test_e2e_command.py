@@ -230,3 +230,50 @@ def test_kind_without_docker_says_so_and_runs_nothing():
         auto = run_cli("e2e", "--provider", "auto", "--port-base", str(taken.getsockname()[1]))
     assert "provider local (auto: kind not possible (no Docker engine" in auto.stderr, auto.stderr[-500:]
     assert auto.returncode == 1 and "is already in use" in auto.stderr.strip().splitlines()[-1]
+
+
+def test_lws_host_config_has_no_leader_election_it_cannot_place(tmp_path):
+    """LWS takes its lease namespace only from the pod's files (else lws-system, where the chart grants nothing)."""
+    config = {
+        "apiVersion": "config.lws.x-k8s.io/v1alpha1",
+        "kind": "Configuration",
+        "leaderElection": {"leaderElect": True},
+        "internalCertManagement": {"enable": True, "webhookServiceName": "lws-webhook-service"},
+        "webhook": {"port": 9443},
+    }
+    ctl = HostController(
+        deployment="lws-controller-manager",
+        namespace="kubeflow-system",
+        binary_name="lws-controller",
+        service_account="lws-controller-manager",
+        selector={},
+        pod_labels={},
+        config=config,
+        extra_args=[],
+        workdir=tmp_path,
+        webhook_port=30003,
+        health_port=30004,
+    )
+    out = ctl.host_config()
+    assert out["leaderElection"]["leaderElect"] is False
+    assert out["internalCertManagement"]["enable"] is False
+    assert out["webhook"]["certDir"] == str(ctl.cert_dir) and out["webhook"]["port"] == 30003
+    assert out["health"]["healthProbeBindAddress"] == "127.0.0.1:30004"
+    assert config["leaderElection"]["leaderElect"] is True, "the chart's config is not modified"
+
+
+def test_data_cache_render_adds_lws_and_the_cache_runtime(chart_ready, lock):
+    def names(objects, kind):
+        return {(o["metadata"]["name"], o["metadata"].get("namespace")) for o in objects if o.get("kind") == kind}
+
+    plain = suitemod.render("dev", lock)
+    cached = suitemod.render("dev", lock, data_cache=True)
+    assert "dataCache.enabled=true" in suitemod.value_args("dev", data_cache=True)
+    assert suitemod.value_args("dev") == ["-f", str(suitemod.values_file("dev"))]
+    assert ("lws-controller-manager", suitemod.NAMESPACE) in names(cached, "Deployment") - names(plain, "Deployment")
+    crd = "leaderworkersets.leaderworkerset.x-k8s.io"
+    assert (crd, None) in names(cached, "CustomResourceDefinition") - names(plain, "CustomResourceDefinition")
+    runtimes = {r["metadata"]["name"] for r in suitemod.golden_runtimes(cached)}
+    assert "torch-distributed-with-cache" in runtimes - {r["metadata"]["name"] for r in suitemod.golden_runtimes(plain)}
+    sa = ("kubeflow-trainer-cache-initializer", suitemod.SMOKE_NS)
+    assert sa in names(cached, "ServiceAccount")

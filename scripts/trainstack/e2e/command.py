@@ -1,4 +1,4 @@
-"""`trainstack e2e [--provider auto|local|kind|existing] [--env ENV] [--keep]` and `trainstack e2e down`.
+"""`trainstack e2e [--provider auto|local|kind|existing] [--env ENV] [--data-cache] [--keep]` and `trainstack e2e down`.
 
 Chooses the provider, runs the suite, prints a step table, keeps artifacts when something fails,
 and tears everything down (unless --keep, which prints how to reach the cluster and remove it).
@@ -62,8 +62,9 @@ def run(args: argparse.Namespace) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     provider = choose(args.provider, run_dir, lock, args)
-    progress.info(f"trainstack e2e: provider {provider.name} ({provider.reason}), env {args.env}")
-    suite = Suite(provider, args.env, run_dir, lock=lock, keep=args.keep)
+    cache = " with the data cache" if args.data_cache else ""
+    progress.info(f"trainstack e2e: provider {provider.name} ({provider.reason}), env {args.env}{cache}")
+    suite = Suite(provider, args.env, run_dir, lock=lock, keep=args.keep, data_cache=args.data_cache)
     failure: UserError | None = None
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a CI timeout still tears down
     try:
@@ -100,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(run_dir, ignore_errors=True)
     total = time.monotonic() - start
     progress.table(
-        f"trainstack e2e: provider {provider.name}, env {args.env} ({total:.1f}s)",
+        f"trainstack e2e: provider {provider.name}, env {args.env}{cache} ({total:.1f}s)",
         ["step", "result", "seconds", "detail"],
         summary_rows(suite.steps),
     )
@@ -111,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
                 {
                     "provider": provider.name,
                     "env": args.env,
+                    "data_cache": args.data_cache,
                     "seconds": round(total, 1),
                     "passed": failure is None,
                     "steps": [
@@ -148,6 +150,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "context; auto: kind when Docker and the images are there, else local",
     )
     parser.add_argument("--env", default="dev", help="overlay whose values.yaml is installed (default dev)")
+    parser.add_argument(
+        "--data-cache",
+        action="store_true",
+        help="also install the LWS data cache (dataCache.enabled, for the smoke namespace) and run its runtime",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the cluster; 'trainstack e2e down' removes it")
     parser.add_argument("--install", action="store_true", help="existing provider: install (and uninstall) the chart")
     parser.add_argument("--context", help="existing provider: kube context (default: the current one)")

@@ -6,7 +6,7 @@ ConfigMap, the identity is the chart's ServiceAccount (a TokenRequest token, so 
 is all the controller gets). Only what a pod would get from the kubelet is replaced: listen
 addresses on 127.0.0.1, serving certificates from files (the controllers' own cert rotation is
 switched off because it waits for a Secret volume no kubelet will mount), a leader-election
-namespace. The webhook Services become ExternalName Services pointing at 127.0.0.1 and the webhook
+namespace (or, for a controller that reads it only from the pod's files, no leader election). The webhook Services become ExternalName Services pointing at 127.0.0.1 and the webhook
 configurations get the local port and CA bundle, so the API server calls the local webhooks over
 TLS. Each controller's pods are marked Ready only when its local process answers /readyz.
 """
@@ -34,6 +34,11 @@ from ..errors import UserError
 
 # Lock image name -> lock binary name: the upstream controllers the chart deploys.
 CONTROLLER_IMAGES = ("trainer-controller-manager", "jobset-controller", "lws-controller")
+# Binaries that take their leader-election namespace only from the pod's service-account file (LWS:
+# utils.GetOperatorNamespace overrides the config's resourceNamespace, falling back to lws-system, where
+# the chart grants no Lease access). A lone local process needs no lease, so their election is switched
+# off rather than granting RBAC the chart does not.
+NAMESPACE_FROM_POD_ONLY = frozenset({"lws-controller"})
 
 
 @dataclass
@@ -79,7 +84,10 @@ class HostController:
                 cfg.setdefault(key, {})["enable"] = False
         election = cfg.get("leaderElection")
         if isinstance(election, dict) and election.get("leaderElect"):
-            election["resourceNamespace"] = election.get("resourceNamespace") or self.namespace
+            if self.binary_name in NAMESPACE_FROM_POD_ONLY:
+                election["leaderElect"] = False
+            else:
+                election["resourceNamespace"] = election.get("resourceNamespace") or self.namespace
         return cfg
 
     def command(self, binary: Path, config_path: Path, kubeconfig: Path) -> list[str]:

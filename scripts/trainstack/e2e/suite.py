@@ -34,6 +34,8 @@ SMOKE_NS = "trainstack-e2e"
 PART_OF = ("app.kubernetes.io/part-of", "trainstack")
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 GROUP = "trainer.kubeflow.org"
+LWS_GROUP = "leaderworkerset.x-k8s.io"
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 SMOKE_NODES = 2
 MASTER_PORT = "29500"
 
@@ -296,6 +298,7 @@ class Suite:
             ("controllers and webhooks ready", self.controllers_ready),
             ("golden runtimes installed", self.runtimes_installed),
             ("policies installed", self.policies_installed),
+            *([("data cache: LeaderWorkerSet reconciled", self.check_lws)] if self.data_cache else []),
             ("smoke TrainJobs Complete", self.smoke_jobs),
             ("JobSets and Jobs created", self.check_jobsets),
             ("framework env injected", self.check_env),
@@ -377,7 +380,8 @@ class Suite:
                 f"helm install failed: {helm.first_error_line(log_path.read_text())}", f"log: {log_path}"
             )
         self.installed = True
-        return " ".join(cmd[1:9]) + (f"; {notes}" if notes else "")
+        cache = " --set dataCache.enabled=true" if self.data_cache else ""
+        return " ".join(cmd[1:9]) + cache + (f"; {notes}" if notes else "")
 
     def crds_established(self) -> str:
         names = [o["metadata"]["name"] for o in self.rendered if o.get("kind") == "CustomResourceDefinition"]
@@ -437,6 +441,49 @@ class Suite:
             f"{sum(1 for k, _ in rendered if k == kinds[0])} policies, "
             f"{sum(1 for k, _ in rendered if k == kinds[1])} bindings"
         )
+
+    def check_lws(self) -> str:
+        """What the cache initializer relies on: a LeaderWorkerSet passes LWS's webhooks and its controller acts."""
+        images = [
+            e.get("value", "")
+            for spec in (s for r in golden_runtimes(self.rendered) for s in pod_specs(r))
+            for c in spec.get("containers", [])
+            for e in c.get("env") or []
+            if e.get("name") == "CACHE_IMAGE"
+        ]
+        if not images:
+            raise SuiteFailure("the data cache is on but no golden runtime sets CACHE_IMAGE")
+        name = "cache-probe"
+        lws = {
+            "apiVersion": f"{LWS_GROUP}/v1",
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": name, "namespace": SMOKE_NS},
+            "spec": {
+                "replicas": 1,
+                "leaderWorkerTemplate": {
+                    "size": 1,
+                    "workerTemplate": {"spec": {"containers": [{"name": "cache", "image": images[0]}]}},
+                },
+            },
+        }
+        result = self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(lws), check=False)
+        if result.returncode != 0:
+            raise SuiteFailure(f"LeaderWorkerSet {name} not admitted: {last_line(result.stderr)}")
+        deadline = time.monotonic() + 60
+        selector = f"{LWS_NAME_LABEL}={name}"
+        while True:
+            sets = self.kube.kubectl_json("get", "statefulsets", "-n", SMOKE_NS, "-l", selector)["items"]
+            pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS, "-l", selector)["items"]
+            if sets and pods:
+                break
+            if time.monotonic() > deadline:
+                raise SuiteFailure(
+                    f"LeaderWorkerSet {name}: {len(sets)} StatefulSet(s), {len(pods)} pod(s) after 60s: "
+                    "the LWS controller does not reconcile"
+                )
+            time.sleep(0.5)
+        self.kube.kubectl("delete", "leaderworkerset", name, "-n", SMOKE_NS, "--timeout=60s", timeout=90)
+        return f"LeaderWorkerSet {name} admitted; controller made StatefulSet {sets[0]['metadata']['name']} and its pod"
 
     def smoke_jobs(self) -> str:
         self.kube.kubectl("create", "namespace", SMOKE_NS, check=False)
@@ -669,10 +716,9 @@ class Suite:
 
     def failing_runtime(self) -> dict[str, Any]:
         """A namespaced copy of the CPU torch runtime whose pods KWOK fails, with no Job retries."""
-        base = next(
-            (r for r in golden_runtimes(self.rendered) if "torch" in ml_policies(r) and not is_gpu(r)),
-            golden_runtimes(self.rendered)[0],
-        )
+        candidates = [r for r in golden_runtimes(self.rendered) if "torch" in ml_policies(r) and not is_gpu(r)]
+        # the plain one (fewest replicated jobs), not e.g. torch with the data cache's initializer
+        base = min(candidates, key=lambda r: len(pod_specs(r))) if candidates else golden_runtimes(self.rendered)[0]
         spec = copy.deepcopy(base["spec"])
         for rj in spec["template"]["spec"]["replicatedJobs"]:
             job_spec = rj.setdefault("template", {}).setdefault("spec", {})
