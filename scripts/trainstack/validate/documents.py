@@ -102,6 +102,14 @@ def pointer(parts: list | tuple) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
+def dotted(path: list | tuple) -> str:
+    """The field path as the API server writes it in messages: `spec.containers[0].name`."""
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (("." if out else "") + str(part))
+    return out
+
+
 # ----------------------------------------------------------------------------- scalars
 _YAML_FLOAT = re.compile(r"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$")
 _OCTAL = re.compile(r"^[-+]?0[0-7]+$")
@@ -463,7 +471,7 @@ def _build(node: Node, offset: int, file: str, index: int) -> Document:
                         shown = name if name == k.value else f"{k.value}' (read as '{name}')"
                         doc.problems.append(Problem(
                             "duplicate-key",
-                            f"duplicate key '{shown}' at {_dotted(where) or 'the top level'} (first at line "
+                            f"duplicate key '{shown}' at {dotted(where) or 'the top level'} (first at line "
                             f"{seen[name]}); the API server rejects duplicate fields", pointer(where + [name]), at))
                     else:
                         seen[name] = k.start_mark.line + offset + 1
@@ -495,13 +503,6 @@ def _node_paths(root: Node, wanted: set[int]) -> dict[int, list]:
             for i, item in enumerate(node.value):
                 stack.append((item, path + [i]))
     return found
-
-
-def _dotted(path: list) -> str:
-    out = ""
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else (("." if out else "") + str(part))
-    return out
 
 
 def _parse_json(text: str, file: str) -> list[Document] | None:

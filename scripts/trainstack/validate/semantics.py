@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from . import cel, formats
+from .documents import dotted as _dotted
 from .documents import pointer
 
 Issue = tuple[str, str, str]
@@ -36,13 +37,6 @@ def _get(obj: Any, parts: list) -> Any:
             return None
         obj = obj.get(part)
     return obj
-
-
-def _dotted(path: list) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (("." if text else "") + str(part))
-    return text
 
 
 def check(obj: dict, kind: str, api_version: str) -> list[Issue]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import cel, formats
-from .documents import pointer
+from .documents import dotted, pointer
 
 
 @dataclass
@@ -182,10 +182,7 @@ def _walk(obj: Any, plan: Plan, path: list, out: list[Issue]) -> None:
 
 
 def _dotted(path: list) -> str:
-    text = ""
-    for part in path:
-        text += f"[{part}]" if isinstance(part, int) else (("." if text else "") + str(part))
-    return text or "<root>"
+    return dotted(path) or "<root>"
 
 
 def _rules(obj: Any, rules: list[Rule], path: list, out: list[Issue]) -> None:
