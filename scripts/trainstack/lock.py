@@ -33,6 +33,7 @@ class Tool:
     version_args: tuple[str, ...] = ()
     staging_replace: bool = False
     optional: bool = False
+    tags: tuple[str, ...] = ()  # Go build tags
 
     @property
     def minor(self) -> str:
@@ -121,6 +122,7 @@ class Lock:
             version_args=tuple(entry.get("versionArgs", ())),
             staging_replace=bool(entry.get("stagingReplace", False)),
             optional=bool(entry.get("optional", False)),
+            tags=tuple(str(tag) for tag in entry.get("tags", ())),
         )
 
     def tools(self) -> list[Tool]:

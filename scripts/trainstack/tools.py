@@ -166,7 +166,8 @@ def _build(tool: lockmod.Tool) -> dict:
     staging_bin.mkdir()
     ldflags = f"-s -w {tool.expanded_ldflags()}".strip()
     for binary, package in tool.packages.items():
-        _run(["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(staging_bin / binary), package],
+        tags = ["-tags", ",".join(tool.tags)] if tool.tags else []
+        _run(["go", "build", "-trimpath", *tags, "-ldflags", ldflags, "-o", str(staging_bin / binary), package],
              work, env, log)
     (target / "bin").mkdir(parents=True, exist_ok=True)
     binaries = {}

@@ -20,6 +20,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import uuid
 import zipfile
@@ -38,6 +39,9 @@ BINARIES = ("kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manage
 # Label that makes KWOK fail a Job pod (upstream's chaos stage); pod-complete is narrowed to skip it.
 FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 GPU_RESOURCE = "nvidia.com/gpu"
+# Names pods use for the API server (the `kubernetes` Service's first address included).
+REAL_NODE_SANS = ("10.96.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                  "kubernetes.default.svc.cluster.local")
 POOL_LABEL = "trainstack.io/pool"
 # Upstream stage files (kwok module, kustomize/stage/...) this cluster uses.
 STAGE_FILES = (
@@ -231,8 +235,17 @@ class LocalCluster:
         cert_sans: tuple[str, ...] = (),
         host_namespaces: tuple[str, ...] = (),
         lock: lockmod.Lock | None = None,
+        real_node: bool = False,
+        image_names: list[str] | None = None,
     ) -> None:
         self.lock = lock or lockmod.load()
+        self.real_node = real_node
+        self.sandbox: Any = None
+        self.node: Any = None
+        self.forwarder: subprocess.Popen | None = None
+        self.registry_port = 0
+        self.built_images: list[Any] = []
+        self.image_names = image_names  # images the real node needs (default: every builtImages entry)
         self.name = name or f"trainstack-{uuid.uuid4().hex[:8]}"
         self.workdir = Path(workdir) if workdir else paths.cache_dir() / "e2e" / "clusters" / self.name
         self.pools = pools if pools is not None else default_pools()
@@ -281,6 +294,10 @@ class LocalCluster:
             self._ports = {name: free_port() for name in PORT_NAMES}
         return dict(self._ports)
 
+    def enter(self) -> list[str]:
+        """Prefix that runs a command where the cluster lives (nothing for a host-process cluster)."""
+        return self.sandbox.enter() if self.sandbox else []
+
     # -- lifecycle --------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -304,7 +321,7 @@ class LocalCluster:
             "etcdBinary": str(b["etcd"]),
             "kwokControllerBinary": str(b["kwok"]),
             "cacheDir": str(self.workdir / "cache"),
-            "kubeApiserverCertSANs": list(self.cert_sans),
+            "kubeApiserverCertSANs": [*self.cert_sans, *(REAL_NODE_SANS if self.real_node else ())],
             "disableQPSLimits": True,
         }
         ports = self.ports()
@@ -318,11 +335,37 @@ class LocalCluster:
                 "kwokControllerPort": ports["kwok-controller"],
             }
         )
-        config = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration", "options": options}
+        config: dict[str, Any] = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
+                                  "options": options}
+        if self.real_node:
+            from . import node as nodemod
+
+            # Inside the sandbox: the API server also answers on the node address (pods reach it through
+            # the `kubernetes` Service), Services get a CIDR kube-proxy and CoreDNS agree on, and the API
+            # server reaches kubelets by InternalIP with a client certificate the kubelet trusts.
+            pki = self.cluster_dir / "pki"
+            config["componentsPatches"] = [
+                {"name": "kube-apiserver", "extraArgs": [
+                    {"key": "bind-address", "value": "0.0.0.0", "override": True},
+                    {"key": "advertise-address", "value": nodemod.NODE_IP},
+                    {"key": "service-cluster-ip-range", "value": nodemod.SERVICE_CIDR},
+                    {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
+                    {"key": "kubelet-client-certificate", "value": str(pki / "admin.crt")},
+                    {"key": "kubelet-client-key", "value": str(pki / "admin.key")},
+                ]},
+                {"name": "kube-controller-manager", "extraArgs": [
+                    {"key": "service-cluster-ip-range", "value": nodemod.SERVICE_CIDR},
+                ]},
+                # KWOK plays the kubelet only for its fake nodes, never for the real one.
+                {"name": "kwok-controller", "extraArgs": [
+                    {"key": "manage-all-nodes", "value": "false", "override": True},
+                    {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"},
+                ]},
+            ]
         return [config, *stage_documents(self.lock, self.host_namespaces)]
 
     def _kwokctl(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-        cmd = [str(self.binaries["kwokctl"]), "--name", self.name, *args]
+        cmd = [*self.enter(), str(self.binaries["kwokctl"]), "--name", self.name, *args]
         return subprocess.run(
             cmd, capture_output=True, text=True, env=self._env(), timeout=timeout, stdin=subprocess.DEVNULL
         )
@@ -340,6 +383,8 @@ class LocalCluster:
         config_path = self.workdir / "kwokctl.yaml"
         config_path.write_text(yaml.safe_dump_all(self._config(), sort_keys=False))
         self.started = True  # from here on stop() has something to clean up
+        if self.real_node:
+            self._start_sandbox()
         try:
             result = self._kwokctl(
                 "create",
@@ -357,9 +402,60 @@ class LocalCluster:
         if result.returncode != 0:
             raise self.failure(f"kwokctl create cluster failed: {_last_line(result.stderr or result.stdout)}")
         self.wait_api(timeout=60)
+        if self.real_node:
+            self._start_node()
         self.create_nodes()
         self.wait_nodes_ready(timeout=60)
         return self
+
+    # -- the real node --------------------------------------------------------------------------
+    def _start_sandbox(self) -> None:
+        from . import sandbox as sandboxmod
+
+        self.sandbox = sandboxmod.Sandbox(name=self.name.removeprefix("trainstack-"), workdir=self.workdir / "sandbox")
+        self.sandbox.create()
+        self.registry_port = free_port()
+        from . import node as nodemod
+
+        api = self.ports()["kube-apiserver"]
+        log = (self.workdir / "forward.log").open("w")
+        self.forwarder = subprocess.Popen(
+            [sys.executable, "-m", "trainstack.cluster.forward", str(self.sandbox.netns_path), f"{api}:{api}",
+             f"{self.registry_port}:{nodemod.REGISTRY_PORT}"],
+            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+        line = self.forwarder.stdout.readline() if self.forwarder.stdout else ""
+        if line.strip() != "ready":
+            raise UserError(f"the port forwarder did not start: {(self.workdir / 'forward.log').read_text()[-300:]}")
+
+    def _start_node(self) -> None:
+        from .. import images
+        from . import node as nodemod
+
+        self.node = nodemod.RealNode(self.sandbox, self.cluster_dir / "pki", self.ports()["kube-apiserver"],
+                                     paths.cache_dir() / "node", self.lock)
+        self.node.write_config()
+        self.node.start_registry()
+        builder = images.Builder(self.sandbox.enter_net(), self.lock)
+        self.built_images = builder.ensure_all(self.image_names)
+        self.node.start()
+        self.apply(nodemod.coredns_objects(images.reference("coredns", self.lock)))
+        self.apply(nodemod.static_volumes(self.sandbox.workdir / "node"))
+        self.wait_real_node(timeout=90)
+
+    def wait_real_node(self, timeout: float) -> None:
+        from . import node as nodemod
+
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self.kubectl("get", "node", nodemod.NODE_NAME, "-o", "json", check=False)
+            if result.returncode == 0:
+                conds = json.loads(result.stdout).get("status", {}).get("conditions", [])
+                if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
+                    return
+            if self.node.procs["kubelet"].poll() is not None or time.monotonic() > deadline:
+                raise UserError(f"the real node did not become Ready: kubelet: {self.node.log_tail('kubelet')}",
+                                f"logs: {self.node.logs_dir}")
+            time.sleep(0.5)
 
     def failure(self, message: str) -> UserError:
         """A UserError carrying the tail of the component log that explains it best."""
@@ -393,6 +489,8 @@ class LocalCluster:
         if not self.started and not self.cluster_dir.exists():
             return
         pids = list(self.pids().values())
+        if self.node:
+            self.node.stop()
         if self.binaries.get("kwokctl") or tools.find("kwokctl", self.lock):
             self.binaries.setdefault("kwokctl", tools.find("kwokctl", self.lock))  # type: ignore[arg-type]
             try:
@@ -403,6 +501,12 @@ class LocalCluster:
             except subprocess.TimeoutExpired:
                 pass
         stop_pids(pids)
+        self.left_behind: list[str] = []
+        if self.sandbox:
+            self.left_behind = self.sandbox.destroy()
+        if self.forwarder:
+            stop_pids([self.forwarder.pid])
+            self.forwarder.wait()
         self.started = False
         if remove:
             shutil.rmtree(self.workdir, ignore_errors=True)

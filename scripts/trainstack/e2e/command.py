@@ -28,13 +28,17 @@ def choose(name: str, run_dir: Path, lock: lockmod.Lock, args: argparse.Namespac
     from .providers.kind import KindProvider, viable
     from .providers.local import LocalProvider
 
+    from .providers.local import default_nodes
+
+    nodes = getattr(args, "nodes", None) or default_nodes(lock)
     if name == "auto":
         ok, why = viable(lock)
         if ok:
             return KindProvider(run_dir, lock, reason=f"auto: {why}")
-        return LocalProvider(run_dir, lock, port_base=args.port_base, reason=f"auto: kind not possible ({why})")
+        return LocalProvider(run_dir, lock, port_base=args.port_base, reason=f"auto: kind not possible ({why})",
+                             nodes=nodes)
     if name == "local":
-        return LocalProvider(run_dir, lock, port_base=args.port_base)
+        return LocalProvider(run_dir, lock, port_base=args.port_base, nodes=nodes)
     if name == "kind":
         return KindProvider(run_dir, lock)
     return ExistingProvider(lock, install=args.install, context=args.context)
@@ -158,6 +162,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--keep", action="store_true", help="keep the cluster; 'trainstack e2e down' removes it")
     parser.add_argument("--install", action="store_true", help="existing provider: install (and uninstall) the chart")
     parser.add_argument("--context", help="existing provider: kube context (default: the current one)")
+    parser.add_argument(
+        "--nodes",
+        choices=("real", "kwok", "both"),
+        default=None,
+        help="local provider: real (a kubelet + containerd node only), kwok (fake nodes only) or both "
+        "(default: both when the real-node parts are built, else kwok)",
+    )
     parser.add_argument(
         "--port-base",
         type=int,

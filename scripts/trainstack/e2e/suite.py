@@ -70,8 +70,33 @@ class SmokeJob:
         return self.runtime.get("kind", "ClusterTrainingRuntime")
 
     labels: dict[str, str] = field(default_factory=dict)
+    # Where the provider wants the pods (a real node beside KWOK pools): nodeSelector, tolerations.
+    node_selector: dict[str, str] = field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+    command: list[str] = field(default_factory=lambda: [
+        "python", "-c", "import os; print('trainstack smoke', os.environ.get('HOSTNAME'))"])
+    real: bool = False
 
     def manifest(self, namespace: str) -> dict[str, Any]:
+        job = self._manifest(namespace)
+        if self.node_selector or self.tolerations:
+            replicated = []
+            for rj in (((self.runtime.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+                    "replicatedJobs", []):
+                if not rj.get("name"):
+                    continue
+                own = ((((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {})
+                pod: dict[str, Any] = {}
+                if self.node_selector:
+                    pod["nodeSelector"] = {**(own.get("nodeSelector") or {}), **self.node_selector}
+                if self.tolerations:  # a patch replaces the list: keep the runtime's own tolerations
+                    pod["tolerations"] = [*(own.get("tolerations") or []), *(dict(t) for t in self.tolerations)]
+                replicated.append({"name": rj["name"], "template": {"spec": {"template": {"spec": pod}}}})
+            job["spec"]["runtimePatches"] = [{"manager": "trainstack.io/e2e", "trainingRuntimeSpec": {
+                "template": {"spec": {"replicatedJobs": replicated}}}}]
+        return job
+
+    def _manifest(self, namespace: str) -> dict[str, Any]:
         return {
             "apiVersion": f"{GROUP}/v1alpha1",
             "kind": "TrainJob",
@@ -84,7 +109,7 @@ class SmokeJob:
                 "runtimeRef": {"name": self.runtime_name, "kind": self.runtime_kind, "apiGroup": GROUP},
                 "trainer": {
                     "numNodes": self.num_nodes,
-                    "command": ["python", "-c", "import os; print('trainstack smoke', os.environ.get('HOSTNAME'))"],
+                    "command": list(self.command),
                 },
             },
         }
@@ -137,7 +162,7 @@ def ml_policies(runtime: dict[str, Any]) -> set[str]:
 
 def job_name(runtime_name: str) -> str:
     """torch-distributed-gpu -> torch-gpu: short names keep pod and Service names well under 63 characters."""
-    name = runtime_name.replace("-distributed", "")
+    name = runtime_name.replace("-distributed", "").replace(".", "-")  # TrainJob names are DNS-1035 labels
     return name[:40].rstrip("-") or "smoke"
 
 
@@ -171,20 +196,25 @@ def expected_env(job: SmokeJob) -> dict[str, str | None]:
     return {}
 
 
-def value_args(env: str, data_cache: bool = False) -> list[str]:
-    """Helm value arguments for `env`; with `data_cache`, the LWS data cache on for the smoke namespace."""
+def value_args(env: str, data_cache: bool = False, extra: list[Path] | None = None) -> list[str]:
+    """Helm value arguments for `env` (then `extra` files a provider needs); with `data_cache`, the LWS
+    data cache on for the smoke namespace."""
     args = ["-f", str(values_file(env))]
+    for path in extra or []:
+        args += ["-f", str(path)]
     if data_cache:
         args += ["--set", "dataCache.enabled=true", "--set", f"dataCache.namespaces={{{SMOKE_NS}}}"]
     return args
 
 
-def render(env: str, lock: lockmod.Lock, include_crds: bool = True, data_cache: bool = False) -> list[dict[str, Any]]:
+def render(env: str, lock: lockmod.Lock, include_crds: bool = True, data_cache: bool = False,
+           extra: list[Path] | None = None) -> list[dict[str, Any]]:
     """What `helm install` will create: `helm template` with the same chart, release, namespace and values."""
     from .. import deps
 
     deps.ensure(lock)
-    args = ["template", RELEASE, str(paths.chart_dir()), "--namespace", NAMESPACE, *value_args(env, data_cache)]
+    args = ["template", RELEASE, str(paths.chart_dir()), "--namespace", NAMESPACE,
+            *value_args(env, data_cache, extra)]
     if include_crds:
         args.append("--include-crds")
     result = helm.run(args, lock=lock)
@@ -260,6 +290,7 @@ class Suite:
         self.failed_job: SmokeJob | None = None
         self.job_labels: dict[str, str] = {}
         self.installed = False
+        self.extra_values: list[Path] = []
 
     # -- bookkeeping ------------------------------------------------------------------------
     def step(self, name: str, fn: Callable[[], str | None]) -> None:
@@ -303,6 +334,7 @@ class Suite:
             ("JobSets and Jobs created", self.check_jobsets),
             ("framework env injected", self.check_env),
             ("pod placement", self.check_placement),
+            *(self.real_node_steps() if getattr(self.provider, "real", False) else []),
             ("image policy on ':latest'", self.check_policy),
             ("failing pod ends TrainJob Failed", self.check_failure),
             (
@@ -323,7 +355,8 @@ class Suite:
 
     # -- steps ------------------------------------------------------------------------------
     def render_chart(self) -> str:
-        self.rendered = render(self.env, self.lock, data_cache=self.data_cache)
+        self.extra_values = list(getattr(self.provider, "values_files", lambda: [])())
+        self.rendered = render(self.env, self.lock, data_cache=self.data_cache, extra=self.extra_values)
         self.job_labels = required_labels(self.rendered)
         runtimes = golden_runtimes(self.rendered)
         if not runtimes:
@@ -353,7 +386,7 @@ class Suite:
             "-n",
             NAMESPACE,
             "--create-namespace",
-            *value_args(self.env, self.data_cache),
+            *value_args(self.env, self.data_cache, self.extra_values),
             "--wait",
             "--timeout",
             "180s",
@@ -491,10 +524,49 @@ class Suite:
         self.jobs = [SmokeJob(job_name(r["metadata"]["name"]), r, labels=self.job_labels) for r in runtimes]
         skipped = self.provider.unsupported(self.jobs)
         self.jobs = [j for j in self.jobs if j.name not in skipped]
+        for job in self.jobs:
+            self.place(job)
         self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all([j.manifest(SMOKE_NS) for j in self.jobs]))
         self.wait_trainjobs({j.name: "Complete" for j in self.jobs}, timeout=self.provider.job_timeout)
         note = f"; skipped: {', '.join(f'{k} ({v})' for k, v in skipped.items())}" if skipped else ""
-        return f"{len(self.jobs)} TrainJobs Complete: {', '.join(j.name for j in self.jobs)}{note}"
+        kinds = ", ".join(f"{j.name} ({'real' if j.real else 'simulated'})" for j in self.jobs)
+        return f"{len(self.jobs)} TrainJobs Complete: {kinds}{note}"
+
+    def place(self, job: SmokeJob) -> SmokeJob:
+        """Ask the provider where the job's pods go (a real node or KWOK) and whether it really runs."""
+        placement = getattr(self.provider, "placement", None)
+        if placement is not None:
+            job.node_selector, job.tolerations = placement(job)
+        job.real = bool(getattr(self.provider, "is_real", lambda j: getattr(self.provider, "real_pods", False))(job))
+        return job
+
+    # -- the real node ---------------------------------------------------------------------------
+    def real_node_steps(self) -> list[tuple[str, Callable[[], str | None]]]:
+        return [
+            ("SDK TrainJob trains on 2 real pods", self.sdk_training),
+            ("checkpoint outlives the pods", self.checkpoint_kept),
+        ]
+
+    def sdk_training(self) -> str:
+        from ..cluster import node as nodemod
+        from . import realnode
+
+        self.trained = realnode.train_with_sdk(self.kube, self.provider.kubeconfig, nodemod.NODE_NAME,
+                                               timeout=int(self.provider.job_timeout))
+        r = self.trained
+        return (f"TrainerClient().train -> {r['name']} on {RELEASE}'s {realnode.RUNTIME}, {realnode.NODES} pods on "
+                f"{nodemod.NODE_NAME}: loss {r['loss_first']:.4f} -> {r['loss_last']:.4f} "
+                f"({realnode.STEPS} steps, read with get_job_logs); list_runtimes saw {len(r['runtimes'])} runtimes")
+
+    def checkpoint_kept(self) -> str:
+        from .. import images
+        from ..cluster import node as nodemod
+        from . import realnode
+
+        r = realnode.checkpoint_outlives_pods(self.kube, self.trained["name"], images.reference("torch-cpu", self.lock),
+                                              nodemod.NODE_NAME)
+        return (f"TrainJob deleted; claim {r['claim']} kept; a fresh pod loaded the step-{r['step']} checkpoint: "
+                f"loss {r['trained_loss']:.4f} trained vs {r['untrained_loss']:.4f} untrained")
 
     def smoke_dry_run(self) -> str:
         """Each smoke TrainJob through admission (webhooks, policies) without creating it."""
@@ -714,8 +786,8 @@ class Suite:
             return f"warned by {name} (env {self.env} warns, does not deny): {last_line(said)[:160]}"
         return f"skipped: binding {binding['metadata']['name']} only audits ({', '.join(actions)})"
 
-    def failing_runtime(self) -> dict[str, Any]:
-        """A namespaced copy of the CPU torch runtime whose pods KWOK fails, with no Job retries."""
+    def failing_runtime(self, simulated: bool = True) -> dict[str, Any]:
+        """A namespaced copy of the CPU torch runtime with no Job retries; `simulated`: KWOK fails its pods."""
         candidates = [r for r in golden_runtimes(self.rendered) if "torch" in ml_policies(r) and not is_gpu(r)]
         # the plain one (fewest replicated jobs), not e.g. torch with the data cache's initializer
         base = min(candidates, key=lambda r: len(pod_specs(r))) if candidates else golden_runtimes(self.rendered)[0]
@@ -723,8 +795,9 @@ class Suite:
         for rj in spec["template"]["spec"]["replicatedJobs"]:
             job_spec = rj.setdefault("template", {}).setdefault("spec", {})
             job_spec["backoffLimit"] = 0
-            meta = job_spec.setdefault("template", {}).setdefault("metadata", {})
-            meta.setdefault("labels", {})[FAIL_LABEL] = "true"
+            if simulated:
+                meta = job_spec.setdefault("template", {}).setdefault("metadata", {})
+                meta.setdefault("labels", {})[FAIL_LABEL] = "true"
         labels = {FRAMEWORK_LABEL: (base["metadata"].get("labels") or {}).get(FRAMEWORK_LABEL, "torch")}
         return {
             "apiVersion": f"{GROUP}/v1alpha1",
@@ -736,14 +809,19 @@ class Suite:
     def check_failure(self) -> str:
         if not self.provider.can_fail_pods:
             return f"skipped: {self.provider.name} cannot make pods fail on purpose"
-        runtime = self.failing_runtime()
+        real = bool(getattr(self.provider, "real", False))
+        runtime = self.failing_runtime(simulated=not real)
         self.kube.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(runtime))
         job = SmokeJob("fails", runtime, num_nodes=1, expect="Failed", labels=self.job_labels)
+        if real:  # a real container that exits 3, on the real node
+            job.command = ["python", "-c", "import sys; print('failing on purpose'); sys.exit(3)"]
+            self.place(job)
         self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job.manifest(SMOKE_NS)))
         self.failed_job = job
-        items = self.wait_trainjobs({"fails": "Failed"}, timeout=90)
+        items = self.wait_trainjobs({"fails": "Failed"}, timeout=max(90, self.provider.job_timeout))
         _, message = terminal_state(items["fails"])
-        return f"TrainJob fails ended Failed: {message[:160]}"
+        how = "a real container exited 3" if real else "KWOK failed its pod"
+        return f"TrainJob fails ended Failed ({how}): {message[:160]}"
 
     def uninstall(self) -> str:
         before = {t["metadata"]["name"] for t in self.kube.kubectl_json("get", "trainjobs", "-n", SMOKE_NS)["items"]}

