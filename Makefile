@@ -21,8 +21,9 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv with the trainstack package
 
-setup: venv ## venv + pinned tools + chart dependencies + torch (each step skips itself when done)
+setup: venv ## venv + pinned tools + the real node's Debian packages + chart dependencies + torch (each step skips itself when done)
 	$(TS) tools install
+	$(TS) node prereqs
 	$(TS) deps
 	$(TS) smoke install
 

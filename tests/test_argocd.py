@@ -187,13 +187,16 @@ def test_every_rendered_object_is_permitted_by_the_project(argocd_objects):
     namespaced object's namespace is a destination of the project."""
     project = one(argocd_objects, "AppProject")["spec"]
     allowed = {(i["group"], i["kind"]) for i in project["clusterResourceWhitelist"] + project["namespaceResourceWhitelist"]}
-    namespaces = {d["namespace"] for d in project["destinations"]}
-    assert namespaces == {"kubeflow-system"}
+    import fnmatch
+
+    patterns = {d["namespace"] for d in project["destinations"]}
+    assert patterns == {"kubeflow-system", "team-*"}
     for env in ENVIRONMENTS:
         for doc in rendered(env):
             assert group_kind(doc) in allowed, (env, doc["kind"])
             if group_kind(doc) not in cluster_scoped(env):
-                assert doc["metadata"]["namespace"] in namespaces, (env, doc["kind"], doc["metadata"]["name"])
+                namespace = doc["metadata"]["namespace"]
+                assert any(fnmatch.fnmatchcase(namespace, p) for p in patterns), (env, doc["kind"], doc["metadata"]["name"])
 
 
 # ----------------------------------------------------------------------------- the plugin

@@ -11,7 +11,8 @@ from policy_examples import examples
 
 pytestmark = pytest.mark.slow
 
-RULES = {"trainjobRuntime", "imageTag", "imageRegistry", "jobSize", "gpuRuntime", "requiredLabels", "restrictedSecurity"}
+RULES = {"trainjobRuntime", "imageTag", "imageRegistry", "jobSize", "gpuRuntime", "requiredLabels", "restrictedSecurity",
+         "webhookValidation", "teamAccess"}
 
 
 def _bindings(docs):
@@ -48,7 +49,9 @@ def test_params_live_in_one_configmap_that_every_binding_references(chart_ready)
     params = by_kind(docs, "ConfigMap")["trainstack-policy-params"]["data"]
     assert params["maxNodes"] == "4"
     assert "jax-distributed-gpu" not in params["runtimes"].split(",")
-    assert set(params["gpuRuntimes"].split(",")) == {"torch-distributed-gpu", "deepspeed-distributed-gpu"}
+    assert set(params["gpuRuntimes"].split(",")) == {
+        "torch-distributed-gpu", "deepspeed-distributed", "deepspeed-distributed-gpu", "mlx-distributed",
+        "torchtune-llama3.2-1b", "torchtune-llama3.2-3b", "torchtune-qwen2.5-1.5b"}
     assert set(params["allowedRegistries"].split(",")) >= {"docker.io", "ghcr.io", "nvcr.io", "registry.k8s.io"}
     policies = by_kind(docs, "ValidatingAdmissionPolicy")
     for rule, binding in _bindings(docs).items():

@@ -16,7 +16,8 @@ from gitops_support import ENVIRONMENTS, MIRROR, canonical, cluster_scoped, grou
 pytestmark = pytest.mark.slow
 
 HA_ENVS = {"staging", "prod"}
-GPU_RUNTIMES = {"torch-distributed-gpu", "jax-distributed-gpu", "deepspeed-distributed-gpu"}
+GPU_RUNTIMES = {"torch-distributed-gpu", "jax-distributed-gpu", "deepspeed-distributed", "deepspeed-distributed-gpu",
+                "mlx-distributed", "torchtune-llama3.2-1b", "torchtune-llama3.2-3b", "torchtune-qwen2.5-1.5b"}
 CONTROLLERS = {"kubeflow-trainer-controller-manager", "jobset-controller"}
 
 
@@ -89,8 +90,17 @@ def test_objects_added_or_removed_per_environment_are_the_intended_ones():
                 ("ValidatingAdmissionPolicyBinding", "trainstack-image-registry")}
     labels = {("ValidatingAdmissionPolicy", "trainstack-required-labels"),
               ("ValidatingAdmissionPolicyBinding", "trainstack-required-labels")}
-    assert ids("staging") - dev == pdbs | registry and dev - ids("staging") == set()
-    assert ids("prod") - dev == pdbs | registry | labels and dev - ids("prod") == set()
+    # Monitoring (tests/test_monitoring.py checks the objects themselves).
+    monitoring = {(kind, f"trainstack-{c}-metrics") for kind in ("Service", "NetworkPolicy") for c in ("trainer", "jobset")}
+    monitoring |= {("ServiceMonitor", "trainstack-trainer"), ("ServiceMonitor", "trainstack-jobset"),
+                   ("PrometheusRule", "trainstack"), ("ConfigMap", "trainstack-dashboard-trainstack"),
+                   ("ClusterRole", "trainstack-metrics-reader"), ("ClusterRoleBinding", "trainstack-metrics-reader"),
+                   ("ServiceAccount", "trainstack-metrics-scraper"), ("Secret", "trainstack-metrics-scraper-token")}
+    assert ids("staging") - dev == pdbs | registry | monitoring and dev - ids("staging") == set()
+    # prod's example teams (overlays/prod/values.yaml; tests/test_teams.py checks the objects themselves)
+    teams = {(d["kind"], d["metadata"]["name"]) for d in rendered("prod") if "trainstack.io/team" in d["metadata"]["labels"]}
+    assert ("Namespace", "team-a") in teams and ("ResourceQuota", "trainstack-team") in teams
+    assert ids("prod") - dev == pdbs | registry | labels | monitoring | teams and dev - ids("prod") == set()
     assert ids("cpu-only") - dev == set()
     assert dev - ids("cpu-only") == {("ClusterTrainingRuntime", name) for name in GPU_RUNTIMES}
 
@@ -106,10 +116,14 @@ def test_namespaced_objects_are_in_kubeflow_system_and_cluster_objects_have_no_n
     """kubectl apply of a render puts nothing in the current namespace (the base Component
     namespaces the two upstream Trainer objects Helm alone would have namespaced)."""
     scoped = cluster_scoped(env)
+    team_namespaces = {d["metadata"]["name"] for d in rendered(env)
+                       if d["kind"] == "Namespace" and "trainstack.io/team" in d["metadata"]["labels"]}
     for doc in rendered(env):
         namespace = doc["metadata"].get("namespace")
         if group_kind(doc) in scoped:
             assert namespace is None, (doc["kind"], doc["metadata"]["name"])
+        elif "trainstack.io/team" in doc["metadata"]["labels"]:  # a team's objects live in its namespace
+            assert namespace in team_namespaces, (doc["kind"], doc["metadata"]["name"])
         else:
             assert namespace == "kubeflow-system", (doc["kind"], doc["metadata"]["name"])
 

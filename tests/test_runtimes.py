@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-
 import pytest
 import yaml
 
-from conftest import ROOT, by_kind, docs_of, helm_template, run_cli
+from conftest import ROOT, helm_template, run_cli
+from runtime_support import by_name, docs_of_kind, rendered_runtimes
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +19,7 @@ MIRROR_ARGS = ("--set", f"global.imageRegistry={MIRROR}", "--set", f"kubeflow-tr
 
 
 def runtimes(*args: str) -> dict[str, dict]:
-    return by_kind(docs_of(helm_template(*args).stdout), "ClusterTrainingRuntime")
+    return rendered_runtimes(*args)
 
 
 def pods(runtime: dict):
@@ -48,7 +48,10 @@ def test_catalog_has_every_framework_and_accelerator(default_runtimes):
         "torch-distributed": ("torch", "cpu"), "torch-distributed-gpu": ("torch", "nvidia"),
         "torch-distributed-rocm": ("torch", "amd"), "torch-distributed-with-cache": ("torch", "cpu"),
         "jax-distributed": ("jax", "cpu"), "jax-distributed-gpu": ("jax", "nvidia"),
-        "xgboost-distributed": ("xgboost", "cpu"), "deepspeed-distributed-gpu": ("deepspeed", "nvidia"),
+        "xgboost-distributed": ("xgboost", "cpu"), "deepspeed-distributed": ("deepspeed", "nvidia"),
+        "deepspeed-distributed-gpu": ("deepspeed", "nvidia"), "mlx-distributed": ("mlx", "nvidia"),
+        "torchtune-llama3.2-1b": ("torchtune", "nvidia"), "torchtune-llama3.2-3b": ("torchtune", "nvidia"),
+        "torchtune-qwen2.5-1.5b": ("torchtune", "nvidia"),
     }
     found = {name: (rt["metadata"]["labels"]["trainer.kubeflow.org/framework"], accelerator(rt))
              for name, rt in default_runtimes.items()}
@@ -66,12 +69,16 @@ def test_gpu_runtimes_carry_gpu_limit_toleration_selector_and_shm(default_runtim
     for name, runtime in default_runtimes.items():
         if accelerator(runtime) != "nvidia":
             continue
+        gpus = 2 if name.startswith("torchtune-") else 1  # the TorchTune runtimes keep upstream's two
         for container in node_containers(runtime):
-            assert container["resources"]["limits"][GPU_LIMIT] == 1, name
+            assert container["resources"]["limits"][GPU_LIMIT] == gpus, name
             assert {"name": "dshm", "mountPath": "/dev/shm"} in container["volumeMounts"], name
-        for _, pod in pods(runtime):
+        for job, pod in pods(runtime):
             assert {"key": GPU_LIMIT, "operator": "Exists", "effect": "NoSchedule"} in pod["tolerations"], name
             assert pod["nodeSelector"] == {"nvidia.com/gpu.present": "true"}, name
+            if job.endswith("initializer"):  # downloads only: placed with the trainer, no /dev/shm
+                assert "volumes" not in pod, (name, job)
+                continue
             shm = next(v for v in pod["volumes"] if v["name"] == "dshm")
             assert shm["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Gi"}
 
@@ -92,9 +99,9 @@ def test_cpu_runtimes_request_no_gpu_and_match_limits_to_requests(default_runtim
 def test_gpu_values_reach_every_gpu_runtime(chart_ready):
     found = runtimes("--set", "runtimes.nvidia.gpusPerNode=8", "--set", "runtimes.nvidia.runtimeClassName=nvidia",
                      "--set", "runtimes.nvidia.nodeSelector.pool=a100", "--set", "runtimes.nvidia.shm.sizeLimit=64Gi")
-    deepspeed = found["deepspeed-distributed-gpu"]
-    assert deepspeed["spec"]["mlPolicy"]["mpi"]["numProcPerNode"] == 8  # one MPI rank per GPU
-    for name in ("torch-distributed-gpu", "jax-distributed-gpu", "deepspeed-distributed-gpu"):
+    for mpi in ("deepspeed-distributed", "mlx-distributed"):
+        assert found[mpi]["spec"]["mlPolicy"]["mpi"]["numProcPerNode"] == 8  # one MPI rank per GPU
+    for name in ("torch-distributed-gpu", "jax-distributed-gpu", "deepspeed-distributed", "mlx-distributed"):
         for container in node_containers(found[name]):
             assert container["resources"]["limits"][GPU_LIMIT] == 8
         for _, pod in pods(found[name]):
@@ -199,26 +206,38 @@ def test_sdk_default_name_must_exist(chart_ready):
 def test_sdk_default_runtime_resolves_in_every_environment(chart_ready, env):
     result = run_cli("render", "--env", env)
     assert result.returncode == 0, result.stderr
-    found = by_kind(docs_of(result.stdout), "ClusterTrainingRuntime")
+    found = by_name(docs_of_kind(result.stdout, "ClusterTrainingRuntime"))
     assert found["torch-distributed"]["metadata"]["labels"]["trainer.kubeflow.org/framework"] == "torch"
 
 
 def test_runtimes_are_plain_objects_not_hooks(dev_render):
-    for runtime in by_kind(docs_of(dev_render), "ClusterTrainingRuntime").values():
+    for runtime in docs_of_kind(dev_render, "ClusterTrainingRuntime"):
         assert not any(k.startswith("helm.sh/hook") for k in runtime["metadata"].get("annotations", {}))
 
 
-def test_every_golden_runtime_has_an_example_trainjob():
-    names = {yaml.safe_load(p.read_text())["metadata"]["name"] for p in SKELETONS}
+def test_every_golden_runtime_has_an_example_trainjob(default_runtimes):
+    names = {n for n, rt in default_runtimes.items() if "trainstack.io/alias-of" not in rt["metadata"]["labels"]}
     used = {yaml.safe_load(p.read_text())["spec"]["runtimeRef"]["name"]
             for p in (ROOT / "examples" / "trainjobs").glob("*.yaml")}
     assert used == names
 
 
+def test_readme_table_lists_what_the_chart_renders(default_runtimes):
+    """The generated README table (chartdocs, Python) and the chart (Helm) apply the same naming rule."""
+    from trainstack import chartdocs
+
+    catalog = chartdocs.runtime_catalog()
+    assert {e["name"] for e in catalog} == set(default_runtimes)  # everything on: torchRocm and the cache
+    assert {e["name"] for e in catalog if e["enabled"]} == set(runtimes("--set", "dataCache.enabled=true"))
+    for entry in catalog:
+        labels = default_runtimes[entry["name"]]["metadata"]["labels"]
+        assert (labels["trainstack.io/accelerator"], labels["trainstack.io/runtime"]) == (entry["class"], entry["key"])
+
+
 def test_example_trainjobs_pass_prod_validation_and_policies(chart_ready):
     import json
 
-    prod = by_kind(docs_of(run_cli("render", "--env", "prod").stdout), "ClusterTrainingRuntime")
+    prod = {d["metadata"]["name"] for d in docs_of_kind(run_cli("render", "--env", "prod").stdout, "ClusterTrainingRuntime")}
     files = [str(p) for p in sorted((ROOT / "examples" / "trainjobs").glob("*.yaml"))
              if yaml.safe_load(p.read_text())["spec"]["runtimeRef"]["name"] in prod]
     assert len(files) >= 6

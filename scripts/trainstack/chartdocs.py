@@ -16,7 +16,7 @@ import yaml
 from . import paths
 
 KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.-]+|\"[^\"]+\"):(?P<rest>.*)$")
-OWNED_SECTIONS = ("global", "dataCache", "runtimes", "policies")
+OWNED_SECTIONS = ("global", "dataCache", "runtimes", "policies", "monitoring")
 
 
 def documented_keys(values_text: str) -> dict[str, str]:
@@ -125,35 +125,70 @@ def write(check: bool = False, chart_dir: Path | None = None) -> list[Path]:
 WHEN_TO_USE = {
     "cpu": "CPU pools, CI, small models, debugging a job before it takes GPUs",
     "nvidia": "NVIDIA GPU pools: real training",
-    "amd": "AMD GPU pools (turn on with `runtimes.torchRocm.enabled`)",
+    "amd": "AMD GPU pools",
 }
+SUFFIX = {"cpu": "cpu", "nvidia": "gpu", "amd": "rocm"}  # the naming rule's variant suffixes
+SETTINGS = {
+    "cpu": "CPU/memory requests = limits, OMP_NUM_THREADS=1 (one process per CPU, no oversubscription)",
+    "nvidia": "`nvidia.com/gpu` limit, GPU toleration and node selector, /dev/shm, NCCL env, optional runtimeClass",
+    "amd": "`amd.com/gpu` limit, AMD toleration and node selector, /dev/shm",
+}
+
+
+def runtime_catalog(chart_dir: Path | None = None) -> list[dict]:
+    """Every runtime the chart can render, enabled by default or not, by the chart's naming rule
+    (templates/_helpers.tpl, trainstack.runtimeCatalog): each skeleton under upstream's name on its
+    class, each `trainstack.io/variants` pair as <name>-<suffix>, then `runtimes.<key>.aliases`."""
+    chart_dir = chart_dir or paths.chart_dir()
+    values = yaml.safe_load((chart_dir / "values.yaml").read_text())
+    found = []
+    for path in sorted((paths.repo_root() / "runtimes").glob("*.yaml")):
+        skeleton = yaml.safe_load(path.read_text())
+        ann = skeleton["metadata"]["annotations"]
+        upstream = skeleton["metadata"]["name"]
+        members = [(ann["trainstack.io/values-key"], ann["trainstack.io/accelerator"], upstream)]
+        for pair in filter(None, (p.strip() for p in ann.get("trainstack.io/variants", "").split(","))):
+            key, cls = pair.split("=")
+            members.append((key, cls, f"{upstream}-{SUFFIX[cls]}"))
+        for key, cls, name in members:
+            own = values["runtimes"][key]
+            on = bool(own["enabled"]) and values["runtimes"][cls].get("enabled", True)
+            entry = {"name": own.get("name") or name, "key": key, "class": cls, "upstream": upstream, "aliasOf": "",
+                     "enabled": on, "skeleton": skeleton, "image": own.get("image") or ann["trainstack.io/image"],
+                     "requires": ann.get("trainstack.io/requires", "")}
+            found.append(entry)
+            found.extend({**entry, "name": alias, "aliasOf": entry["name"]} for alias in own.get("aliases") or [])
+    return found
 
 
 def runtime_table(chart_dir: Path | None = None) -> str:
     """Markdown table of the golden runtimes, from runtimes/ and the chart values."""
     chart_dir = chart_dir or paths.chart_dir()
     values = yaml.safe_load((chart_dir / "values.yaml").read_text())
-    rows = ["| runtime | framework | accelerator | image | what it sets | default | when to use it |",
-            "|---|---|---|---|---|---|---|"]
-    for path in sorted((paths.repo_root() / "runtimes").glob("*.yaml")):
-        skeleton = yaml.safe_load(path.read_text())
+    rows = ["| runtime | upstream | framework | accelerator | image | what it sets | default | when to use it |",
+            "|---|---|---|---|---|---|---|---|"]
+    for entry in sorted(runtime_catalog(chart_dir), key=lambda e: e["name"]):
+        skeleton, cls, key = entry["skeleton"], entry["class"], entry["key"]
         ann = skeleton["metadata"]["annotations"]
-        key, cls = ann["trainstack.io/values-key"], ann["trainstack.io/accelerator"]
-        own = values["runtimes"][key]
-        image = values["images"][ann["trainstack.io/image"]]
-        settings = {
-            "cpu": "CPU/memory requests = limits, OMP_NUM_THREADS=1 (one process per CPU, no oversubscription)",
-            "nvidia": "`nvidia.com/gpu` limit, GPU toleration and node selector, /dev/shm, NCCL env, optional runtimeClass",
-            "amd": "`amd.com/gpu` limit, AMD toleration and node selector, /dev/shm",
-        }[cls]
-        if "mpi" in skeleton["spec"]["mlPolicy"]:
+        image = values["images"][entry["image"]]
+        settings = SETTINGS[cls]
+        if "mpi" in skeleton["spec"]["mlPolicy"] and cls != "cpu":
             settings += "; one MPI rank per GPU"
-        default = "on" if own["enabled"] else "off"
-        if ann.get("trainstack.io/requires") == "dataCache":
+        if any(j["name"] == "model-initializer" for j in skeleton["spec"]["template"]["spec"]["replicatedJobs"]):
+            settings += "; dataset and model initializers into a per-job PVC (`initializerStorage`)"
+        default = "on" if entry["enabled"] else f"off (`runtimes.{key}.enabled`)"
+        if entry["requires"] == "dataCache":
             default += " (with `dataCache.enabled`)"
+        if entry["aliasOf"]:
+            upstream = f"alias of `{entry['aliasOf']}` (`runtimes.{key}.aliases`)"
+        elif entry["name"] == entry["upstream"]:
+            upstream = "same name"
+        else:
+            upstream = f"variant of `{entry['upstream']}`"
         use = ann.get("trainstack.io/description", "") + " " + WHEN_TO_USE[cls]
-        rows.append(f"| `{own['name']}` | {skeleton['metadata']['labels']['trainer.kubeflow.org/framework']} | {cls} "
-                    f"| `{image['registry']}/{image['repository']}:{image['tag']}` | {settings} | {default} | {use.strip()} |")
+        rows.append(f"| `{entry['name']}` | {upstream} | {skeleton['metadata']['labels']['trainer.kubeflow.org/framework']} "
+                    f"| {cls} | `{image['registry']}/{image['repository']}:{image['tag']}` | {settings} | {default} "
+                    f"| {use.strip()} |")
     return "\n".join(rows)
 
 

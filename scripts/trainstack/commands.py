@@ -10,8 +10,15 @@ import importlib
 MODULES: list[str] = [
     "trainstack.validate.command",
     "trainstack.e2e.command",
+    "trainstack.nodecmd",
     "trainstack.bench",
     "trainstack.smoke",
+    "trainstack.teams",
+    "trainstack.status",
+    "trainstack.monitoring",
+    "trainstack.release",
+    "trainstack.convert.command",
+    "trainstack.migrate",
 ]
 
 

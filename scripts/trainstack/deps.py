@@ -149,7 +149,8 @@ def _set_yaml_scalar(path: Path, dotted: str, value: str) -> None:
 
 # chart -> (lock image, values key of its image block): what upstream's publishing scripts
 # (hack/helm-chart-package.sh, hack/push-chart.sh) rewrite in values.yaml when they release.
-RELEASE_IMAGES = {"jobset": ("jobset-controller", "image"), "lws": ("lws-controller", "image.manager")}
+RELEASE_IMAGES = {"jobset": ("jobset-controller", "image"), "lws": ("lws-controller", "image.manager"),
+                  "kueue": ("kueue-controller", "controllerManager.manager.image")}
 
 
 def _release_edits(name: str, workdir: Path, lock: lockmod.Lock) -> None:

@@ -84,6 +84,26 @@ def cache_dir() -> Path:
     return paths.cache_dir() / "images"
 
 
+def record_path() -> Path:
+    """What each image's last build took and weighs (read by `trainstack bench e2e`)."""
+    return cache_dir() / "record.json"
+
+
+def _record(built: Built) -> None:
+    path = record_path()
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, ValueError):
+        record = {}
+    entry = record.get(built.name, {})
+    entry.update({"reference": built.reference, "compressed_bytes": built.size, "source": built.source})
+    if built.action == "built":
+        entry["build_seconds"] = round(built.seconds, 1)
+    record[built.name] = entry
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, sort_keys=True))
+
+
 # -- layers -----------------------------------------------------------------------------------------
 
 
@@ -192,7 +212,8 @@ def torch_recipe(name: str, lock: lockmod.Lock) -> Recipe:
 
     entry = spec(name, lock)
     wheel, _ = _torch_wheel(lock)
-    chosen = trainenv.cpu_requirements(trainenv.wheel_requirements(wheel))
+    extra = [str(r) for r in entry.get("pythonPackages", [])]
+    chosen = [*trainenv.cpu_requirements(trainenv.wheel_requirements(wheel)), *extra]
     sources = _apt_sources()
     packages = [str(p) for p in entry.get("debianPackages", [])]
     suite = str(entry["debianSuite"])
@@ -216,6 +237,8 @@ def torch_recipe(name: str, lock: lockmod.Lock) -> Recipe:
         site = work / "torch-root"
         shutil.rmtree(site, ignore_errors=True)
         target = site / PYTHON_SITE
+        if extra and trainenv._install_offline("--dry-run", *extra).returncode != 0:
+            trainenv._download(*extra)  # into the wheel cache, once
         with progress.step(f"installing {wheel.name} and {len(chosen)} CPU requirements into the image"):
             for reqs, no_deps in (([f"torch=={wheel.name.split('-')[1]}"], True), (chosen, False)):
                 out = work / ("pip-torch" if no_deps else "pip-deps")
@@ -323,7 +346,9 @@ class Builder:
         rec = recipe(name, self.lock)
         ref = reference(name, self.lock)
         if self.current_key(ref) == rec.key:
-            return Built(name, ref, "up to date", time.monotonic() - start, self.size(ref), rec.source)
+            built = Built(name, ref, "up to date", time.monotonic() - start, self.size(ref), rec.source)
+            _record(built)
+            return built
         work = cache_dir() / "work" / name
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
@@ -341,7 +366,9 @@ class Builder:
                 mutate += ["-e", f"{key}={value}"]
             self.crane_ok(*mutate)
         shutil.rmtree(work, ignore_errors=True)
-        return Built(name, ref, "built", time.monotonic() - start, self.size(ref), rec.source)
+        built = Built(name, ref, "built", time.monotonic() - start, self.size(ref), rec.source)
+        _record(built)
+        return built
 
     def ensure_all(self, wanted: list[str] | None = None) -> list[Built]:
         return [self.ensure(name) for name in (wanted or names(self.lock))]

@@ -15,7 +15,9 @@ pytestmark = pytest.mark.e2e
 def test_data_cache_runs_lws_and_the_cache_runtime(tmp_path):
     summary = tmp_path / "summary.json"
     try:
-        result = run_cli("e2e", "--data-cache", env={"TRAINSTACK_E2E_SUMMARY": str(summary)}, timeout=600)
+        # KWOK nodes: the LWS controller runs as a local process, its webhooks pointed at it
+        result = run_cli("e2e", "--data-cache", "--nodes", "kwok", env={"TRAINSTACK_E2E_SUMMARY": str(summary)},
+                         timeout=600)
     finally:
         run_cli("e2e", "down")  # only stops what a dead run left; a no-op after a normal one
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT, run_cli
+from trainstack import lock as lockmod
 from trainstack import tools
 
 pytestmark = pytest.mark.e2e
@@ -45,12 +46,44 @@ def processes_mentioning(fragment: str) -> list[str]:
     return found
 
 
+def assert_same_rules(before: str, after: str) -> None:
+    """iptables-save without its timestamps and counters."""
+    def rules(text: str) -> list[str]:
+        return [ln.split(" [")[0] for ln in text.splitlines() if not ln.startswith("#")]
+
+    assert rules(after) == rules(before), "the host's iptables rules changed"
+
+
 def kubeconfig_state() -> tuple[bool, float]:
     path = Path(os.environ.get("KUBECONFIG") or Path.home() / ".kube" / "config")
     return (path.is_file(), path.stat().st_mtime if path.is_file() else 0.0)
 
 
+REAL_NODE_STEPS = [
+    "SDK TrainJob trains on 2 real pods",
+    "checkpoint outlives the pods",
+    "worker killed mid-run",
+]
+
+
+def trainstack_sandboxes() -> list[str]:
+    netns = Path("/run/netns")
+    found = sorted(p.name for p in netns.iterdir() if p.name.startswith("trainstack-")) if netns.is_dir() else []
+    cgroups = Path("/sys/fs/cgroup")
+    for hierarchy in sorted(cgroups.iterdir()) if cgroups.is_dir() else []:
+        if hierarchy.is_dir() and not hierarchy.is_symlink():
+            found += [f"{hierarchy.name}/{p.name}" for p in hierarchy.iterdir()
+                      if p.is_dir() and p.name.startswith("trainstack-")]
+    return found
+
+
 def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
+    from trainstack.e2e.providers.local import real_node_built
+
+    assert real_node_built(lockmod.load()), "make setup builds the real node's parts; make e2e runs on it"
+    sysctls = {k: Path("/proc/sys", k).read_text() for k in ("vm/overcommit_memory", "kernel/panic",
+                                                              "kernel/panic_on_oops")}
+    iptables = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
     summary = tmp_path / "summary.json"
     user_kubeconfig = kubeconfig_state()
     artifacts_before = set((ROOT / "artifacts").glob("e2e-*")) if (ROOT / "artifacts").is_dir() else set()
@@ -63,8 +96,18 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     report = json.loads(summary.read_text())
     steps = {s["step"]: s for s in report["steps"]}
-    for name in REQUIRED:
+    for name in REQUIRED + REAL_NODE_STEPS:
         assert steps[name]["result"] == "pass", (name, steps[name])
+    # torch trains for real on the real node; GPU runtimes stay on the simulated GPU pool
+    assert "torch (real)" in steps["smoke TrainJobs Complete"]["detail"]
+    assert "torch-gpu (simulated)" in steps["smoke TrainJobs Complete"]["detail"]
+    assert "a real container exited 3" in steps["failing pod ends TrainJob Failed"]["detail"]
+    # the controllers ran as the chart's pods, their images pulled from the cluster's registry
+    assert "controllers run as pods on the real node" in steps["helm install"]["detail"]
+    # the host was left as it was: sysctls, iptables, no namespace or cgroup of ours
+    assert {k: Path("/proc/sys", k).read_text() for k in sysctls} == sysctls
+    assert_same_rules(iptables, subprocess.run(["iptables-save"], capture_output=True, text=True).stdout)
+    assert trainstack_sandboxes() == []
     assert steps["image policy on ':latest'"]["result"] in ("pass", "skip")
     # one smoke job per golden runtime, torch on CPU and GPU among them
     smoke = steps["smoke TrainJobs Complete"]["detail"]

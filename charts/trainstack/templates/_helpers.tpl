@@ -22,27 +22,49 @@ Usage: include "trainstack.image" (list $image $)
 {{- end -}}
 
 {{/*
-The enabled golden runtimes, as a JSON list of {path, key, class, name}: one place decides
-which runtimes exist (runtimes.yaml renders them, the policy params list them).
+The enabled golden runtimes, as a JSON list of {path, key, class, name, upstream, aliasOf}: one
+place decides which runtimes exist (runtimes.yaml renders them, the policy params list them).
+Naming rule: each skeleton in runtimes/ is one upstream runtime under upstream's name, on the
+accelerator class of its `trainstack.io/accelerator` annotation; each `key=class` pair of
+`trainstack.io/variants` is the same skeleton on another class, named <upstream name>-<suffix>
+(cpu: -cpu, nvidia: -gpu, amd: -rocm). `runtimes.<key>.aliases` are further names for one runtime.
 */}}
 {{- define "trainstack.runtimeCatalog" -}}
 {{- $out := list -}}
+{{- $suffix := dict "cpu" "cpu" "nvidia" "gpu" "amd" "rocm" -}}
 {{- range $path, $_ := .Files.Glob "runtimes/*.yaml" -}}
 {{- $rt := $.Files.Get $path | fromYaml -}}
 {{- $ann := $rt.metadata.annotations | default dict -}}
-{{- $key := index $ann "trainstack.io/values-key" | default "" -}}
-{{- $class := index $ann "trainstack.io/accelerator" | default "" -}}
-{{- if not (hasKey $.Values.runtimes $key) -}}
-{{- fail (printf "%s: annotation trainstack.io/values-key is %q but values have no runtimes.%s" $path $key $key) -}}
+{{- $upstream := $rt.metadata.name -}}
+{{- $members := list (dict "key" (index $ann "trainstack.io/values-key" | default "") "class" (index $ann "trainstack.io/accelerator" | default "") "name" $upstream) -}}
+{{- range $variant := splitList "," (index $ann "trainstack.io/variants" | default "") -}}
+{{- if trim $variant -}}
+{{- $pair := splitList "=" (trim $variant) -}}
+{{- $members = append $members (dict "key" (first $pair) "class" (last $pair) "name" (printf "%s-%s" $upstream (get $suffix (last $pair) | default (last $pair)))) -}}
 {{- end -}}
-{{- if not (has $class (list "cpu" "nvidia" "amd")) -}}
-{{- fail (printf "%s: annotation trainstack.io/accelerator must be cpu, nvidia or amd, not %q" $path $class) -}}
 {{- end -}}
-{{- $own := index $.Values.runtimes $key -}}
-{{- $on := $own.enabled -}}
+{{- $fixedName := eq (index ($rt.metadata.labels | default dict) "trainer.kubeflow.org/framework" | default "") "torchtune" -}}
+{{- range $m := $members -}}
+{{- if not (hasKey $.Values.runtimes $m.key) -}}
+{{- fail (printf "%s: annotation trainstack.io/values-key or trainstack.io/variants names %q but values have no runtimes.%s" $path $m.key $m.key) -}}
+{{- end -}}
+{{- if not (has $m.class (list "cpu" "nvidia" "amd")) -}}
+{{- fail (printf "%s: accelerator of runtimes.%s must be cpu, nvidia or amd, not %q" $path $m.key $m.class) -}}
+{{- end -}}
+{{- $own := index $.Values.runtimes $m.key -}}
+{{- $cls := index $.Values.runtimes $m.class -}}
+{{- $on := and $own.enabled (or (not (hasKey $cls "enabled")) $cls.enabled) -}}
 {{- if and (eq (index $ann "trainstack.io/requires" | default "") "dataCache") (not $.Values.dataCache.enabled) -}}{{- $on = false -}}{{- end -}}
+{{- $name := $own.name | default $m.name -}}
+{{- if and $fixedName (ne $name $m.name) -}}
+{{- fail (printf "runtimes.%s.name: %s keeps upstream's name %q (the Trainer controller reads the model from it); remove the name" $m.key $m.name $m.name) -}}
+{{- end -}}
 {{- if $on -}}
-{{- $out = append $out (dict "path" $path "key" $key "class" $class "name" ($own.name | default $rt.metadata.name)) -}}
+{{- $out = append $out (dict "path" $path "key" $m.key "class" $m.class "name" $name "upstream" $upstream "aliasOf" "") -}}
+{{- range $alias := $own.aliases | default list -}}
+{{- $out = append $out (dict "path" $path "key" $m.key "class" $m.class "name" $alias "upstream" $upstream "aliasOf" $name) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- toJson $out -}}

@@ -404,6 +404,10 @@ class LocalCluster:
         self.wait_api(timeout=60)
         if self.real_node:
             self._start_node()
+        from . import node as nodemod
+
+        # PersistentVolumeClaims bind for real (the PV controller) to static PVs, on every kind of node
+        self.apply(nodemod.static_volumes(self.workdir / "storage"))
         self.create_nodes()
         self.wait_nodes_ready(timeout=60)
         return self
@@ -439,7 +443,6 @@ class LocalCluster:
         self.built_images = builder.ensure_all(self.image_names)
         self.node.start()
         self.apply(nodemod.coredns_objects(images.reference("coredns", self.lock)))
-        self.apply(nodemod.static_volumes(self.sandbox.workdir / "node"))
         self.wait_real_node(timeout=90)
 
     def wait_real_node(self, timeout: float) -> None:
@@ -491,7 +494,10 @@ class LocalCluster:
         pids = list(self.pids().values())
         if self.node:
             self.node.stop()
-        if self.binaries.get("kwokctl") or tools.find("kwokctl", self.lock):
+        if self.sandbox:
+            # Everything kwokctl started lives in the sandbox: its teardown stops all of it at once.
+            pass
+        elif self.binaries.get("kwokctl") or tools.find("kwokctl", self.lock):
             self.binaries.setdefault("kwokctl", tools.find("kwokctl", self.lock))  # type: ignore[arg-type]
             try:
                 # kwokctl removes its context from this file; never the user's kubeconfig
@@ -500,10 +506,10 @@ class LocalCluster:
                 )
             except subprocess.TimeoutExpired:
                 pass
-        stop_pids(pids)
         self.left_behind: list[str] = []
         if self.sandbox:
             self.left_behind = self.sandbox.destroy()
+        stop_pids(pids)
         if self.forwarder:
             stop_pids([self.forwarder.pid])
             self.forwarder.wait()
@@ -541,7 +547,8 @@ class LocalCluster:
 
     def apply(self, objects: list[dict[str, Any]], server_side: bool = False) -> None:
         text = yaml.safe_dump_all(objects, sort_keys=False)
-        extra = ["--server-side", "--field-manager=trainstack"] if server_side else []
+        # the cluster is ours: trainstack's apply wins over an earlier test's or tool's field manager
+        extra = ["--server-side", "--field-manager=trainstack", "--force-conflicts"] if server_side else []
         self.kubectl("apply", *extra, "-f", "-", input_text=text)
 
     def wait_api(self, timeout: float = 60) -> None:

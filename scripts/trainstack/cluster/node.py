@@ -197,7 +197,10 @@ state = "{d}/containerd/state"
             "healthzBindAddress": "127.0.0.1:10256", "metricsBindAddress": "127.0.0.1:10249",
             "conntrack": {"maxPerCore": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
         }, sort_keys=False))
-        (d / "registry.yaml").write_text(yaml.safe_dump({
+        self.write_registry_config()
+
+    def write_registry_config(self) -> None:
+        (self.dir / "registry.yaml").write_text(yaml.safe_dump({
             "version": 0.1,
             "log": {"level": "warn", "accesslog": {"disabled": True}},
             "storage": {"filesystem": {"rootdirectory": str(self.cache / "registry")}, "delete": {"enabled": True}},
@@ -271,7 +274,7 @@ state = "{d}/containerd/state"
                 proc.terminate()
         for proc in self.procs.values():
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=3)
             except subprocess.TimeoutExpired:
                 proc.kill()
         self.procs.clear()

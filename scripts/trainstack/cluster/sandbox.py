@@ -216,7 +216,7 @@ class Sandbox:
 
     def destroy(self, timeout: float = 30) -> list[str]:
         """Kill everything inside, remove cgroups and the namespace; returns what could not be removed."""
-        for sig, wait in ((signal.SIGTERM, 5.0), (signal.SIGKILL, timeout)):
+        for sig, wait in ((signal.SIGTERM, 3.0), (signal.SIGKILL, timeout)):
             pids = [p for p in self.processes() if p != self.holder_pid]
             for pid in pids:
                 _kill(pid, sig)
@@ -302,22 +302,13 @@ def stale() -> list[Sandbox]:
 
 
 def _owner_alive(netns: str) -> bool:
+    from .local import pid_alive
+
     try:
         pid = int(json.loads((OWNERS_DIR / f"{netns}.json").read_text())["owner_pid"])
     except (OSError, ValueError, KeyError):
         return False
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
-    except OSError:
-        return False
+    return pid != os.getpid() and pid_alive(pid)
 
 
 def _find_holder(box: Sandbox) -> int | None:

@@ -24,8 +24,10 @@ from .. import lock as lockmod
 from .. import paths, tools
 from ..errors import UserError
 
-GOAL_SECONDS = 90.0
-LOCAL_TOOLS = ("kubernetes", "etcd", "kwok", "helm", "trainer-controller", "jobset-controller")
+# With the real node (kubelet, containerd, the controllers as pods, two torch trainings): the bar.
+GOAL_SECONDS = 150.0
+LOCAL_TOOLS = ("kubernetes", "etcd", "kwok", "helm", "trainer-controller", "jobset-controller",
+               "kubernetes-node", "containerd", "coredns", "registry", "crane")
 
 
 def recorded_build_seconds(lock: lockmod.Lock) -> dict[str, float | None]:
@@ -99,4 +101,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "meets_goal": warm < GOAL_SECONDS,
         "steps": steps,
         "recorded_build_seconds_by_tool": recorded,
+        "images": images_record(),
     }
+
+
+def images_record() -> dict[str, Any]:
+    """Per built image: its reference, compressed size in the registry and how long its cold build took."""
+    from .. import images
+
+    path = images.record_path()
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}

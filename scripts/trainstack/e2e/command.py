@@ -26,9 +26,7 @@ def choose(name: str, run_dir: Path, lock: lockmod.Lock, args: argparse.Namespac
     """The provider for `name`; `auto` is kind when Docker answers and the images can be had, else local."""
     from .providers.existing import ExistingProvider
     from .providers.kind import KindProvider, viable
-    from .providers.local import LocalProvider
-
-    from .providers.local import default_nodes
+    from .providers.local import LocalProvider, default_nodes
 
     nodes = getattr(args, "nodes", None) or default_nodes(lock)
     if name == "auto":

@@ -32,14 +32,19 @@ class RealNodeFailure(UserError):
     pass
 
 
-def _sdk_examples():
-    """examples/sdk_submit.py, imported from the checkout (the one users run)."""
+def example_module(name: str):
+    """examples/<name>.py, imported from the checkout (the file users run)."""
+    import importlib
+
     sys.path.insert(0, str(paths.repo_root() / "examples"))
     try:
-        import sdk_submit
+        return importlib.import_module(name)
     finally:
         sys.path.pop(0)
-    return sdk_submit
+
+
+def _sdk_examples():
+    return example_module("sdk_submit")
 
 
 def client(kubeconfig: Path):
@@ -193,3 +198,65 @@ def checkpoint_outlives_pods(kube: Any, name: str, image: str, node_name: str, t
                               f"vs {result['untrained_loss']:.4f} untrained")
     kube.kubectl("delete", "pod,configmap", pod, "-n", SMOKE_NS, "--wait=false", check=False)
     return {"claim": claims[0], **result}
+
+
+def _rank0_steps(kube: Any, name: str) -> int:
+    """The last step rank 0 logged so far (0 when none)."""
+    pods = [p for p in pods_of(kube, name) if p["metadata"]["name"].startswith(f"{name}-node-0-0")
+            and p.get("status", {}).get("phase") == "Running"]
+    if not pods:
+        return 0
+    out = kube.kubectl("logs", pods[0]["metadata"]["name"], "-n", SMOKE_NS, "--tail=5", check=False).stdout
+    steps = [int(r["step"]) for r in events(out.splitlines(), "step")]
+    return max(steps) if steps else 0
+
+
+def worker_killed(kube: Any, kubeconfig: Path, timeout: float = 300) -> dict[str, Any]:
+    """Kill the rank-1 worker pod in the middle of a run and follow the TrainJob to its end.
+
+    The job checkpoints every 10 steps and is started with --resume, so whatever restarts its
+    pods (the Job's backoff, or JobSet's failure policy) continues from the last checkpoint.
+    """
+    # A step takes milliseconds here: many steps, so that the kill lands mid-run, after a checkpoint.
+    steps, every = 4000, 50
+    name = submit(kubeconfig, ["--steps", str(steps), "--seed", "1", "--output-dir", OUTPUT,
+                               "--checkpoint-every", str(every), "--resume"])
+    deadline = time.monotonic() + timeout
+    while _rank0_steps(kube, name) < every:
+        if time.monotonic() > deadline:
+            raise RealNodeFailure(f"TrainJob {name} did not reach step {every} within {timeout:.0f}s")
+        time.sleep(0.2)
+    victims = [p["metadata"]["name"] for p in pods_of(kube, name) if "-node-0-1" in p["metadata"]["name"]
+               and p.get("status", {}).get("phase") == "Running"]
+    if not victims:
+        raise RealNodeFailure(f"TrainJob {name} has no rank-1 pod to kill")
+    killed_at = time.monotonic()
+    kube.kubectl("delete", "pod", victims[0], "-n", SMOKE_NS, "--grace-period=0", "--force", "--wait=false")
+    tc = client(kubeconfig)
+    while True:
+        job = kube.kubectl_json("get", "trainjob", name, "-n", SMOKE_NS)
+        state = ""
+        message = ""
+        for cond in (job.get("status") or {}).get("conditions") or []:
+            if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+                state, message = cond["type"], f"{cond.get('reason', '')}: {cond.get('message', '')}"
+        if state:
+            break
+        if time.monotonic() > deadline:
+            raise RealNodeFailure(f"TrainJob {name} neither Complete nor Failed {timeout:.0f}s after a worker was killed")
+        time.sleep(1)
+    result: dict[str, Any] = {"name": name, "state": state, "message": message, "killed": victims[0],
+                              "seconds_to_end": round(time.monotonic() - killed_at, 1)}
+    if state == "Complete":
+        lines = list(tc.get_job_logs(name))
+        starts = events(lines, "start")
+        done = events(lines, "done")
+        if (not starts or not starts[-1].get("resumed") or not done or done[-1].get("step") != steps
+                or done[-1].get("steps_run", steps) >= steps):
+            raise RealNodeFailure(f"TrainJob {name} completed after a worker was killed but did not resume from its "
+                                  f"checkpoint to step {steps} (start: {starts[-1:]}, done: {done[-1:]})")
+        result["resumed_from"] = starts[-1].get("start_step")
+    elif not message.strip(": "):
+        raise RealNodeFailure(f"TrainJob {name} ended Failed without a reason")
+    kube.kubectl("delete", "trainjob", name, "-n", SMOKE_NS, "--wait=false", check=False)
+    return result

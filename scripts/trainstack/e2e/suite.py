@@ -355,7 +355,7 @@ class Suite:
 
     # -- steps ------------------------------------------------------------------------------
     def render_chart(self) -> str:
-        self.extra_values = list(getattr(self.provider, "values_files", lambda: [])())
+        self.extra_values = list(getattr(self.provider, "values_files", list)())
         self.rendered = render(self.env, self.lock, data_cache=self.data_cache, extra=self.extra_values)
         self.job_labels = required_labels(self.rendered)
         runtimes = golden_runtimes(self.rendered)
@@ -545,7 +545,55 @@ class Suite:
         return [
             ("SDK TrainJob trains on 2 real pods", self.sdk_training),
             ("checkpoint outlives the pods", self.checkpoint_kept),
+            ("worker killed mid-run", self.worker_killed),
+            *([("SDK fine-tune (TorchTune) on the GPU pool", self.sdk_finetune)]
+              if getattr(self.provider, "nodes", "") == "both" and self._torchtune_runtime() else []),
         ]
+
+    def _torchtune_runtime(self) -> str:
+        names = sorted(r["metadata"]["name"] for r in golden_runtimes(self.rendered)
+                       if r["metadata"]["name"].startswith("torchtune-"))
+        return next((n for n in names if "qwen" in n), names[0] if names else "")
+
+    def sdk_finetune(self) -> str:
+        """upstream's BuiltinTrainer(TorchTuneConfig) path, through the SDK, onto the simulated GPU pool."""
+        import os
+
+        from . import realnode
+
+        sdk = realnode.example_module("sdk_finetune")
+        runtime = self._torchtune_runtime()
+        args = sdk.parse_args(["--runtime", runtime, "--namespace", SMOKE_NS])
+        before = os.environ.get("KUBECONFIG")
+        os.environ["KUBECONFIG"] = str(self.provider.kubeconfig)
+        try:
+            name = sdk.submit(args)
+        finally:
+            if before is None:
+                os.environ.pop("KUBECONFIG", None)
+            else:
+                os.environ["KUBECONFIG"] = before
+        self.wait_trainjobs({name: "Complete"}, timeout=self.provider.job_timeout)
+        nodes = {n["metadata"]["name"]: n for n in self.kube.kubectl_json("get", "nodes")["items"]}
+        pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")
+        jobs = sorted({(p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name", "?")
+                       for p in pods["items"]})
+        off_gpu = [p["metadata"]["name"] for p in pods["items"]
+                   if not any("gpu" in k for k in (nodes.get(p["spec"].get("nodeName") or "", {})
+                                                   .get("status", {}).get("capacity") or {}))]
+        if off_gpu:
+            raise SuiteFailure(f"TorchTune TrainJob {name}: pods not on GPU nodes: {', '.join(off_gpu)}")
+        return (f"BuiltinTrainer(TorchTuneConfig) on {runtime} -> {name} Complete (simulated on the KWOK GPU pool); "
+                f"steps: {', '.join(jobs)}")
+
+    def worker_killed(self) -> str:
+        from . import realnode
+
+        r = realnode.worker_killed(self.kube, self.provider.kubeconfig, timeout=self.provider.job_timeout)
+        if r["state"] == "Complete":
+            return (f"killed {r['killed']}: the job's pods restarted, resumed from the step-{r['resumed_from']} "
+                    f"checkpoint and ended Complete {r['seconds_to_end']}s later")
+        return f"killed {r['killed']}: TrainJob {r['name']} ended Failed {r['seconds_to_end']}s later ({r['message'][:160]})"
 
     def sdk_training(self) -> str:
         from ..cluster import node as nodemod

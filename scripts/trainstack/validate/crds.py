@@ -2,7 +2,8 @@
 
 Where the CRDs come from (never from git): the Trainer CRDs that `trainstack deps` writes to
 charts/trainstack/crds/, the `crds/` folders inside the vendored JobSet and LWS chart archives,
-and Argo CD's `manifests/crds/` read straight from its pinned, h1-verified module zip.
+Argo CD's `manifests/crds/` and the Prometheus Operator's ServiceMonitor, PodMonitor and
+PrometheusRule CRDs, read straight from their pinned, h1-verified module zips.
 
 The JSON Schema mirrors what the API server does with a custom resource on create:
 unknown fields are rejected (strict field validation after pruning), int-or-string,
@@ -47,8 +48,18 @@ def _chart_archives(lock: lockmod.Lock) -> list[Path]:
     return [chart / "charts" / f"{pin.name}-{pin.version}.tgz" for pin in lock.charts() if pin.name in ("jobset", "lws")]
 
 
-def _argocd_zip(lock: lockmod.Lock) -> tuple[Path, str]:
-    source = lock.source("argocd")
+# CRDs read straight from a pinned `sources` module zip: folder, and the files to take (all when empty).
+# Of the Prometheus Operator's, only the kinds the chart ships (the others are large and unused).
+_ZIPPED_CRDS = {
+    "argocd": ("manifests/crds/", ()),
+    "prometheus-operator": ("example/prometheus-operator-crd/", (
+        "monitoring.coreos.com_servicemonitors.yaml", "monitoring.coreos.com_podmonitors.yaml",
+        "monitoring.coreos.com_prometheusrules.yaml")),
+}
+
+
+def _source_zip(lock: lockmod.Lock, name: str) -> tuple[Path, str]:
+    source = lock.source(name)
     info = tools.module_info(source.module, source.version)
     return Path(info["Zip"]), f"{source.module}@{source.version}"
 
@@ -60,13 +71,14 @@ def source_digest(lock: lockmod.Lock) -> str:
     for path in sorted((paths.chart_dir() / "crds").glob("*.yaml")) + _chart_archives(lock):
         digest.update(path.name.encode())
         digest.update(hashlib.sha256(path.read_bytes()).digest())
-    source = lock.source("argocd")
-    digest.update(f"{source.module}@{source.version} {source.sum}".encode())
+    for name in _ZIPPED_CRDS:
+        source = lock.source(name)
+        digest.update(f"{source.module}@{source.version} {source.sum}".encode())
     return digest.hexdigest()[:16]
 
 
 def pinned_crds(lock: lockmod.Lock) -> list[tuple[str, dict]]:
-    """(origin, CRD) for every pinned CRD: Trainer, JobSet, LWS, Argo CD."""
+    """(origin, CRD) for every pinned CRD: Trainer, JobSet, LWS, Argo CD, Prometheus Operator."""
     deps.ensure(lock)
     found: list[tuple[str, dict]] = []
     for path in sorted((paths.chart_dir() / "crds").glob("*.yaml")):
@@ -78,13 +90,14 @@ def pinned_crds(lock: lockmod.Lock) -> list[tuple[str, dict]]:
                 if member.isfile() and len(parts) == 3 and parts[1] == "crds" and member.name.endswith((".yaml", ".yml")):
                     text = tar.extractfile(member).read().decode()
                     found.extend((f"{archive.name}:{member.name}", d) for d in _crd_docs(text))
-    zip_path, label = _argocd_zip(lock)
-    verify_zip(zip_path, label, lock.source("argocd").sum)
-    with zipfile.ZipFile(zip_path) as archive:
-        prefix = f"{label}/manifests/crds/"
-        for name in sorted(archive.namelist()):
-            if name.startswith(prefix) and name.endswith(".yaml"):
-                found.extend((f"{label}:{name[len(label) + 1:]}", d) for d in _crd_docs(archive.read(name).decode()))
+    for source_name, (folder, only) in _ZIPPED_CRDS.items():
+        zip_path, label = _source_zip(lock, source_name)
+        verify_zip(zip_path, label, lock.source(source_name).sum)
+        with zipfile.ZipFile(zip_path) as archive:
+            prefix = f"{label}/{folder}"
+            for name in sorted(archive.namelist()):
+                if name.startswith(prefix) and name.endswith(".yaml") and (not only or name[len(prefix):] in only):
+                    found.extend((f"{label}:{name[len(label) + 1:]}", d) for d in _crd_docs(archive.read(name).decode()))
     if not found:
         raise UserError("no pinned CRDs were found", "run 'trainstack deps'")
     return found

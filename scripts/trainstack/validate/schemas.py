@@ -120,7 +120,7 @@ def crd_catalog(lock: lockmod.Lock) -> list[dict]:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         pass
-    with progress.step("converting the pinned CRDs (Trainer, JobSet, LWS, Argo CD) to JSON Schemas"):
+    with progress.step("converting the pinned CRDs (Trainer, JobSet, LWS, Argo CD, Prometheus Operator) to JSON Schemas"):
         entries = []
         for origin, crd in crds.pinned_crds(lock):
             entries.extend(crds.kinds_of(crd, origin))

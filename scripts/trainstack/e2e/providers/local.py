@@ -75,13 +75,15 @@ def default_nodes(lock: lockmod.Lock) -> str:
 
 
 def simulated_pools(pools: list[NodePool], nodes: str) -> list[NodePool]:
-    """KWOK pools beside a real node: tainted, so only smoke jobs patched for them land there."""
+    """KWOK pools beside a real node. An untainted (CPU) pool gets a taint, so that only smoke jobs
+    patched for it land there, never the chart's controllers; the GPU pools keep their GPU taint,
+    which the GPU runtimes tolerate (so a TrainJob the SDK submits unpatched lands there too)."""
     if nodes == "real":
         return []
     if nodes == "kwok":
         return pools
-    return [NodePool(p.name, p.count, p.cpu, p.memory, p.pods, dict(p.extended), dict(p.labels),
-                     (*p.taints, SIMULATED_TAINT)) for p in pools]
+    return [p if p.taints else NodePool(p.name, p.count, p.cpu, p.memory, p.pods, dict(p.extended), dict(p.labels),
+                                        (SIMULATED_TAINT,)) for p in pools]
 
 
 def mirror_values(lock: lockmod.Lock, path: Path) -> Path:
@@ -342,9 +344,14 @@ class LocalProvider(Provider):
     def down(self, keep: bool) -> str:
         if keep and self.cluster is not None:
             self._save_state(kept=True)
+            reach = ""
+            if self.real and self.cluster.sandbox is not None:
+                reach = (f"API server 127.0.0.1:{self.cluster.ports()['kube-apiserver']} and registry "
+                         f"127.0.0.1:{self.cluster.registry_port} forwarded into the cluster's namespace "
+                         f"(enter it: nsenter --net={self.cluster.sandbox.netns_path}); ")
             return (
                 f"kept: export KUBECONFIG={self.cluster.kubeconfig}; kubectl get nodes,trainjobs -A; "
-                f"remove it with 'trainstack e2e down'"
+                f"{reach}remove it with 'trainstack e2e down'"
             )
         pids = self.pids()
         if self.controllers is not None:

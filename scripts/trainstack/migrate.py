@@ -1,0 +1,284 @@
+"""`trainstack migrate from-upstream --release NAME [--dry-run]`: hand a cluster running upstream's
+kubeflow-trainer chart over to trainstack without deleting CRDs or TrainJobs.
+
+Upstream's chart ships the Trainer CRDs as templates of its release (so `helm uninstall` of it
+would delete them, and with them every TrainJob) and, when runtimes are enabled, installs them with
+a post-install hook Job. The handover, in order:
+
+1. keep the CRDs: `helm.sh/resource-policy: keep` and no release ownership (trainstack ships them
+   in crds/, where no release owns them); then the new CRDs are applied server-side;
+2. adopt what trainstack renders under the same kind, namespace and name (Deployments, Services,
+   webhook configurations, RBAC, runtimes of the same name): Helm's ownership annotations are set
+   to the trainstack release, so `helm install` takes them over instead of refusing;
+3. forget the upstream release: its release records (Secrets `sh.helm.release.v1.NAME.*`) are
+   deleted; no object of it is deleted by this;
+4. `helm install trainstack` with the pinned helm and the environment's values, then wait until the
+   controllers are Available and the golden runtimes exist;
+5. remove what only upstream had (e.g. the runtime installer's ConfigMap and RBAC), and upstream's
+   installed runtimes, only now that the golden ones exist and only when no unfinished TrainJob
+   uses them (those are kept and listed).
+
+`--dry-run` prints the plan and changes nothing. Everything is computed from the release's manifest
+(`helm get manifest`), the rendered trainstack chart and what is in the cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from . import helm, paths, progress, tools
+from . import lock as lockmod
+from .errors import UserError
+
+TRAINSTACK_RELEASE = "trainstack"
+UPSTREAM_CHART = "kubeflow-trainer"
+INSTALLER_LABEL = "trainer.kubeflow.org/managed-by"
+INSTALLER_VALUE = "runtimes-installer"
+KEEP = "helm.sh/resource-policy"
+RELEASE_NAME = "meta.helm.sh/release-name"
+RELEASE_NS = "meta.helm.sh/release-namespace"
+MANAGED_BY = "app.kubernetes.io/managed-by"
+PART_OF = ("app.kubernetes.io/part-of", "trainstack")
+CLUSTER_SCOPED = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                  "ValidatingWebhookConfiguration", "ClusterTrainingRuntime", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding", "PriorityClass", "Namespace"}
+TERMINAL = ("Complete", "Failed")
+
+
+@dataclass(frozen=True)
+class Ref:
+    kind: str
+    namespace: str
+    name: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}/{self.namespace + '/' if self.namespace else ''}{self.name}"
+
+
+@dataclass
+class Action:
+    step: str  # keep-crd | adopt | forget-release | install | delete | keep-runtime
+    target: str
+    why: str
+
+
+def ref_of(obj: dict[str, Any], default_ns: str) -> Ref:
+    meta = obj.get("metadata") or {}
+    kind = str(obj.get("kind"))
+    ns = "" if kind in CLUSTER_SCOPED else str(meta.get("namespace") or default_ns)
+    return Ref(kind, ns, str(meta.get("name")))
+
+
+def objects(text: str) -> list[dict[str, Any]]:
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [d for d in yaml.load_all(text, Loader=loader) if isinstance(d, dict) and d.get("kind")]
+
+
+def unfinished_users(trainjobs: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """ClusterTrainingRuntime name -> unfinished TrainJobs (ns/name) that reference it."""
+    users: dict[str, list[str]] = {}
+    for job in trainjobs:
+        ref = (job.get("spec") or {}).get("runtimeRef") or {}
+        if ref.get("kind", "ClusterTrainingRuntime") != "ClusterTrainingRuntime":
+            continue
+        done = any(c.get("type") in TERMINAL and c.get("status") == "True"
+                   for c in (job.get("status") or {}).get("conditions") or [])
+        if not done:
+            meta = job["metadata"]
+            users.setdefault(ref.get("name", ""), []).append(f"{meta.get('namespace')}/{meta['name']}")
+    return users
+
+
+def plan(upstream: list[dict[str, Any]], rendered: list[dict[str, Any]], namespace: str, release: str,
+         installed_runtimes: list[dict[str, Any]], trainjobs: list[dict[str, Any]]) -> list[Action]:
+    """The handover, in the order it runs. `upstream`: the release's manifest objects; `rendered`: what
+    trainstack installs; `installed_runtimes`: the ClusterTrainingRuntimes in the cluster."""
+    ours = {ref_of(o, namespace) for o in rendered if o.get("kind") != "CustomResourceDefinition"}
+    theirs = [ref_of(o, namespace) for o in upstream]
+    actions: list[Action] = []
+    for ref in theirs:
+        if ref.kind == "CustomResourceDefinition":
+            actions.append(Action("keep-crd", str(ref), f"a template of release {release}: its uninstall would "
+                                  "delete it and every object of its kind; keep it and drop the release's ownership"))
+    for ref in theirs:
+        if ref.kind != "CustomResourceDefinition" and ref in ours:
+            actions.append(Action("adopt", str(ref), f"trainstack renders it too: hand it from release {release} "
+                                  f"to {TRAINSTACK_RELEASE}"))
+    golden = {r.name for r in ours if r.kind == "ClusterTrainingRuntime"}
+    by_installer = [r for r in installed_runtimes
+                    if (r["metadata"].get("labels") or {}).get(INSTALLER_LABEL) == INSTALLER_VALUE]
+    for runtime in by_installer:
+        name = runtime["metadata"]["name"]
+        if name in golden:
+            actions.append(Action("adopt", f"ClusterTrainingRuntime/{name}", "installed by upstream's runtime "
+                                  "installer; trainstack's golden runtime of the same name replaces it in place"))
+    actions.append(Action("forget-release", f"release {namespace}/{release}", "delete its release records "
+                          "(Secrets sh.helm.release.v1.*); no object is deleted by this"))
+    actions.append(Action("install", f"release {namespace}/{TRAINSTACK_RELEASE}", "CRDs server-side, then helm "
+                          "install with the environment's values; wait for the controllers and golden runtimes"))
+    for ref in theirs:
+        if ref.kind != "CustomResourceDefinition" and ref not in ours:
+            actions.append(Action("delete", str(ref), f"only release {release} had it; trainstack does not use it"))
+    users = unfinished_users(trainjobs)
+    for runtime in by_installer:
+        name = runtime["metadata"]["name"]
+        if name in golden:
+            continue
+        if users.get(name):
+            actions.append(Action("keep-runtime", f"ClusterTrainingRuntime/{name}", "upstream runtime still used by "
+                                  f"unfinished TrainJobs {', '.join(users[name])}; delete it when they finish"))
+        else:
+            actions.append(Action("delete", f"ClusterTrainingRuntime/{name}", "installed by upstream's runtime "
+                                  "installer; removed after the golden runtimes exist"))
+    return actions
+
+
+# -- against a cluster ------------------------------------------------------------------------------
+
+
+class Migration:
+    def __init__(self, release: str, namespace: str | None, env: str, kubeconfig: Path | None = None,
+                 context: str | None = None, lock: lockmod.Lock | None = None) -> None:
+        from .e2e.kube import Kubectl
+
+        self.release, self.env = release, env
+        self.lock = lock or lockmod.load()
+        self.kubeconfig, self.context = kubeconfig, context
+        self.kube = Kubectl(kubeconfig, context, self.lock)
+        self.namespace = namespace or self._find_namespace()
+
+    def helm(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+        extra = [*(["--kubeconfig", str(self.kubeconfig)] if self.kubeconfig else []),
+                 *(["--kube-context", self.context] if self.context else [])]
+        return helm.run([*args, *extra], lock=self.lock, check=check, timeout=timeout)
+
+    def _find_namespace(self) -> str:
+        found = json.loads(self.helm("list", "-A", "-o", "json").stdout or "[]")
+        mine = [r for r in found if r.get("name") == self.release]
+        if not mine:
+            raise UserError(f"release '{self.release}' is not installed in this cluster",
+                            "helm list -A shows the installed releases", exit_code=2)
+        if len(mine) > 1:
+            raise UserError(f"release '{self.release}' is installed in several namespaces "
+                            f"({', '.join(r['namespace'] for r in mine)})", "pass --namespace", exit_code=2)
+        return mine[0]["namespace"]
+
+    def upstream_objects(self) -> list[dict[str, Any]]:
+        listed = json.loads(self.helm("list", "-n", self.namespace, "-o", "json").stdout or "[]")
+        entry = next((r for r in listed if r.get("name") == self.release), None)
+        if entry is None:
+            raise UserError(f"release '{self.release}' is not installed in namespace {self.namespace}",
+                            "helm list -A shows the installed releases", exit_code=2)
+        chart = str(entry.get("chart", ""))
+        if not chart.startswith(UPSTREAM_CHART + "-"):
+            raise UserError(f"release '{self.release}' is chart {chart}, not upstream's {UPSTREAM_CHART}",
+                            "migrate from-upstream hands over a kubeflow-trainer release", exit_code=2)
+        return objects(self.helm("get", "manifest", self.release, "-n", self.namespace).stdout)
+
+    def rendered(self) -> list[dict[str, Any]]:
+        from . import deps
+
+        deps.ensure(self.lock)
+        values = paths.overlays_dir() / self.env / "values.yaml"
+        if not values.is_file():
+            raise UserError(f"{values} not found", f"environment '{self.env}' needs a values.yaml", exit_code=2)
+        return objects(helm.run(["template", TRAINSTACK_RELEASE, str(paths.chart_dir()), "--namespace",
+                                 self.namespace, "-f", str(values)], lock=self.lock).stdout)
+
+    def plan(self) -> tuple[list[Action], list[dict[str, Any]]]:
+        upstream = self.upstream_objects()
+        rendered = self.rendered()
+        runtimes = self.kube.kubectl_json("get", "clustertrainingruntimes")["items"]
+        trainjobs = self.kube.kubectl_json("get", "trainjobs", "-A")["items"]
+        return plan(upstream, rendered, self.namespace, self.release, runtimes, trainjobs), rendered
+
+    def _target(self, text: str) -> list[str]:
+        kind, _, rest = text.partition("/")
+        ns, _, name = rest.rpartition("/")
+        return [kind, name, *(["-n", ns] if ns else [])]
+
+    def execute(self, actions: list[Action], rendered: list[dict[str, Any]], log=progress.info) -> None:
+        for action in actions:
+            log(f"{action.step}: {action.target}")
+            if action.step == "keep-crd":
+                target = self._target(action.target)
+                self.kube.kubectl("annotate", "--overwrite", *target, f"{KEEP}=keep")
+                self.kube.kubectl("annotate", *target, f"{RELEASE_NAME}-", f"{RELEASE_NS}-")
+                self.kube.kubectl("label", *target, f"{MANAGED_BY}-")
+            elif action.step == "adopt":
+                target = self._target(action.target)
+                self.kube.kubectl("annotate", "--overwrite", *target, f"{RELEASE_NAME}={TRAINSTACK_RELEASE}",
+                                  f"{RELEASE_NS}={self.namespace}")
+                self.kube.kubectl("label", "--overwrite", *target, f"{MANAGED_BY}=Helm", f"{INSTALLER_LABEL}-")
+            elif action.step == "forget-release":
+                self.kube.kubectl("delete", "secret", "-n", self.namespace, "-l",
+                                  f"owner=helm,name={self.release}")
+            elif action.step == "install":
+                self._install(rendered)
+            elif action.step == "delete":
+                self.kube.kubectl("delete", *self._target(action.target), "--ignore-not-found", "--wait=false")
+
+    def _install(self, rendered: list[dict[str, Any]]) -> None:
+        from .e2e.upgrade import rendered_crds
+
+        values = paths.overlays_dir() / self.env / "values.yaml"
+        crds = rendered_crds(paths.chart_dir(), ["-f", str(values)], self.namespace, self.lock)
+        self.kube.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=trainstack", "-f", "-",
+                          input_text=yaml.safe_dump_all(crds), timeout=180)
+        self.helm("install", TRAINSTACK_RELEASE, str(paths.chart_dir()), "-n", self.namespace, "-f", str(values),
+                  "--wait", "--timeout", "300s", timeout=420)
+        self.kube.kubectl("wait", "--for=condition=Available", "--timeout=180s", "deployment", "--all", "-n",
+                          self.namespace, timeout=210)
+        golden = {o["metadata"]["name"] for o in rendered if o.get("kind") == "ClusterTrainingRuntime"}
+        deadline = time.monotonic() + 60
+        while True:
+            have = {r["metadata"]["name"] for r in self.kube.kubectl_json("get", "clustertrainingruntimes")["items"]}
+            if golden <= have:
+                return
+            if time.monotonic() > deadline:
+                raise UserError(f"golden runtimes missing after install: {', '.join(sorted(golden - have))}",
+                                "upstream's runtimes were not removed; fix and run the migration again")
+            time.sleep(1)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    tools.require("helm")
+    migration = Migration(args.release, args.namespace, args.env,
+                          Path(args.kubeconfig) if args.kubeconfig else None, args.context)
+    actions, rendered = migration.plan()
+    if args.output == "json":
+        print(json.dumps({"release": args.release, "namespace": migration.namespace, "dry_run": args.dry_run,
+                          "actions": [asdict(a) for a in actions]}, indent=2))
+    else:
+        progress.table(f"handover of release {migration.namespace}/{args.release} to trainstack"
+                       + (" (dry run: nothing changed)" if args.dry_run else ""),
+                       ["step", "target", "why"], [(a.step, a.target, a.why) for a in actions],
+                       to_stderr=not args.dry_run)
+    if args.dry_run:
+        return 0
+    migration.execute(actions, rendered)
+    progress.info(f"release {args.release} handed over to {TRAINSTACK_RELEASE}; CRDs and TrainJobs kept")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("migrate", help="hand a cluster over to trainstack (from upstream's kubeflow-trainer chart)")
+    msub = parser.add_subparsers(dest="migrate_command", required=True, parser_class=type(parser))
+    up = msub.add_parser("from-upstream", help="take over a kubeflow-trainer release without deleting CRDs or "
+                                               "TrainJobs (prints the plan first; --dry-run stops there)")
+    up.add_argument("--release", required=True, help="name of the upstream kubeflow-trainer release")
+    up.add_argument("--namespace", help="its namespace (default: found with helm list -A)")
+    up.add_argument("--env", default="dev", help="overlay whose values trainstack is installed with (default dev)")
+    up.add_argument("--kubeconfig", help="kubeconfig (default: kubectl's)")
+    up.add_argument("--context", help="kube context (default: the current one)")
+    up.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
+    up.add_argument("--output", choices=["text", "json"], default="text")
+    up.set_defaults(func=_cmd)

@@ -1,0 +1,107 @@
+"""`trainstack node`: what the local cluster's real node needs from this host.
+
+`trainstack node prereqs` installs the Debian packages the lock pins under `debian` (runc, the
+CNI plugins, iptables, conntrack, mmdebstrap) with apt-get, at exactly those versions, and skips
+itself when they are installed; `--check` only reports. `trainstack node status` lists the real
+node's pinned parts (tools, packages) and whether each is there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+
+from . import lock as lockmod
+from . import progress, tools
+from .errors import UserError
+
+NODE_TOOLS = ("kubernetes-node", "containerd", "coredns", "registry", "crane")
+
+
+def pinned_packages(lock: lockmod.Lock) -> dict[str, str]:
+    section = lock.get("debian")
+    if not isinstance(section, dict) or not all(isinstance(v, str) and v for v in section.values()):
+        raise UserError(f"{lock.path}: 'debian' must map Debian package names to versions")
+    return dict(section)
+
+
+def installed_versions(names: list[str]) -> dict[str, str]:
+    if not shutil.which("dpkg-query"):
+        return {}
+    out = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\\n", *names],
+                         capture_output=True, text=True)
+    found = {}
+    for line in out.stdout.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[2].startswith("ii"):
+            found[parts[0]] = parts[1]
+    return found
+
+
+def missing_packages(lock: lockmod.Lock) -> dict[str, str]:
+    """Package -> pinned version, for each pinned package not installed at that version."""
+    pins = pinned_packages(lock)
+    have = installed_versions(list(pins))
+    return {name: version for name, version in pins.items() if have.get(name) != version}
+
+
+def install_prereqs(lock: lockmod.Lock) -> list[str]:
+    missing = missing_packages(lock)
+    if not missing:
+        return []
+    if not shutil.which("apt-get"):
+        raise UserError(f"the real node needs the Debian packages {', '.join(missing)} and there is no apt-get",
+                        "install them at the versions in trainstack.lock.yaml (debian), or use --nodes kwok")
+    if os.geteuid() != 0:
+        raise UserError(f"installing {', '.join(missing)} needs root", "run 'trainstack node prereqs' as root")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    with progress.step(f"apt-get install {' '.join(f'{n}={v}' for n, v in missing.items())}"):
+        update = subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True, env=env)
+        if update.returncode != 0:
+            raise UserError(f"apt-get update failed: {(update.stderr or update.stdout).strip()[-300:]}")
+        result = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
+                                 *[f"{n}={v}" for n, v in missing.items()]], capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        raise UserError(f"apt-get install failed: {(result.stderr or result.stdout).strip().splitlines()[-1][:300]}",
+                        "check the versions under 'debian' in trainstack.lock.yaml against apt-cache policy")
+    return list(missing)
+
+
+def _cmd(args: argparse.Namespace) -> int:
+    lock = lockmod.load()
+    if args.node_command == "prereqs":
+        if args.check:
+            missing = missing_packages(lock)
+            if args.output == "json":
+                print(json.dumps({"missing": missing}, indent=2))
+            for name, version in missing.items():
+                progress.info(f"missing: {name}={version}")
+            return 1 if missing else 0
+        done = install_prereqs(lock)
+        progress.info(f"installed {', '.join(done)}" if done else "the real node's Debian packages are installed; nothing to do")
+        return 0
+    rows = [("debian", name, version, "installed" if name not in missing_packages(lock) else "missing")
+            for name, version in pinned_packages(lock).items()]
+    for name in NODE_TOOLS:
+        tool = lock.tool(name)
+        for binary in tool.packages:
+            rows.append(("tool", binary, tool.version, "installed" if tools.find(binary, lock) else "missing"))
+    if args.output == "json":
+        print(json.dumps([dict(zip(("kind", "name", "version", "status"), r, strict=True)) for r in rows], indent=2))
+    else:
+        progress.table("real node parts", ["kind", "name", "version", "status"], rows)
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("node", help="the local cluster's real node: host packages and pinned parts")
+    sub = parser.add_subparsers(dest="node_command", required=True)
+    prereqs = sub.add_parser("prereqs", help="install the pinned Debian packages the real node uses (apt-get)")
+    prereqs.add_argument("--check", action="store_true", help="only report what is missing (exit 1 if anything)")
+    prereqs.add_argument("--output", choices=("text", "json"), default="text")
+    status = sub.add_parser("status", help="list the real node's pinned parts and whether each is installed")
+    status.add_argument("--output", choices=("text", "json"), default="text")
+    parser.set_defaults(func=_cmd)

@@ -1,0 +1,305 @@
+"""`trainstack status`: the platform at a glance, from the current kube context.
+
+The controllers (deployed version against the lock, ready replicas, the pod holding the leader
+Lease), the ClusterTrainingRuntimes present (trainstack's golden ones marked), and TrainJobs per
+namespace and state with age and progress (`status.trainerStatus`, filled only where the
+TrainJobStatus feature gate is on). Read-only: list calls only, paged, raw JSON (no model
+objects), so 1,000 TrainJobs take about as long as their bytes take to arrive.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from . import lock as lockmod
+from . import progress
+from .errors import UserError
+
+# Deployment name -> (component, lock image). The chart's stable names (fullnameOverride).
+COMPONENTS = {
+    "kubeflow-trainer-controller-manager": ("trainer", "trainer-controller-manager"),
+    "jobset-controller": ("jobset", "jobset-controller"),
+    "lws-controller-manager": ("lws", "lws-controller"),
+    "kueue-controller-manager": ("kueue", "kueue-controller"),
+}
+STATES = ("Pending", "Running", "Suspended", "Complete", "Failed")
+PAGE = 500
+DETAIL_LIMIT = 50  # TrainJobs listed one by one in text output with --all-namespaces
+
+
+@dataclass
+class Component:
+    name: str
+    deployment: str
+    version: str
+    pinned: str
+    ready: str
+    leader: str
+
+
+@dataclass
+class TrainJobRow:
+    namespace: str
+    name: str
+    state: str
+    runtime: str
+    age_s: int
+    progress: int | None = None
+    remaining_s: int | None = None
+
+
+@dataclass
+class Status:
+    context: str
+    platform_namespace: str
+    components: list[Component] = field(default_factory=list)
+    runtimes: list[dict[str, Any]] = field(default_factory=list)
+    trainjobs: list[TrainJobRow] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def summary(self) -> list[dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for tj in self.trainjobs:
+            empty = {"namespace": tj.namespace, **dict.fromkeys(STATES, 0), "oldest_active_s": 0}
+            row = out.setdefault(tj.namespace, empty)
+            row[tj.state] += 1
+            if tj.state not in ("Complete", "Failed"):
+                row["oldest_active_s"] = max(row["oldest_active_s"], tj.age_s)
+        return [out[k] for k in sorted(out)]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"context": self.context, "platformNamespace": self.platform_namespace,
+                "components": [asdict(c) for c in self.components], "runtimes": self.runtimes,
+                "trainjobs": {"summary": self.summary(), "items": [asdict(t) for t in self.trainjobs]},
+                "seconds": round(self.seconds, 3)}
+
+
+# ----------------------------------------------------------------------------- reading the cluster
+class Cluster:
+    """List calls against the API server of a kubeconfig context (the kubernetes client)."""
+
+    def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
+        try:
+            from kubernetes import client, config
+            from kubernetes.config.config_exception import ConfigException
+        except ImportError:  # pragma: no cover - a dependency of the package
+            raise UserError("the kubernetes Python client is not installed", "pip install -e . in the venv") from None
+        try:
+            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
+            chosen = context or (active or {}).get("name", "")
+            if context and context not in {c["name"] for c in contexts}:
+                raise UserError(f"kube context '{context}' is not in the kubeconfig",
+                                f"known: {', '.join(c['name'] for c in contexts) or 'none'}", exit_code=2)
+            self.api = config.new_client_from_config(config_file=kubeconfig, context=context)
+        except (ConfigException, OSError, TypeError) as err:
+            where = kubeconfig or "KUBECONFIG / ~/.kube/config"
+            raise UserError(f"no usable kube context in {where}: {str(err).splitlines()[0]}",
+                            "set KUBECONFIG or pass --kubeconfig/--context") from None
+        self.context = chosen
+        self._client = client
+
+    def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """GET path (JSON), None when the resource does not exist (404: CRD not installed)."""
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
+        try:
+            response = self.api.call_api(path, "GET", query_params=list((params or {}).items()),
+                                         header_params={"Accept": "application/json"},
+                                         auth_settings=["BearerToken"], _preload_content=False,
+                                         _request_timeout=30)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            reason = (err.reason or "").strip()
+            raise UserError(f"the API server refused GET {path}: {err.status} {reason}",
+                            "check the kube context's permissions (trainstack status only lists)") from None
+        except (HTTPError, OSError) as err:
+            host = self.api.configuration.host
+            raise UserError(f"cannot reach the API server {host} of context '{self.context}': {err}".splitlines()[0],
+                            "is the cluster running and the kube context right?") from None
+        return json.loads(response[0].data)
+
+    def list(self, path: str) -> list[dict[str, Any]] | None:
+        """Every item of a list endpoint, paged; None when the endpoint does not exist."""
+        items: list[dict[str, Any]] = []
+        params: dict[str, Any] = {"limit": PAGE}
+        while True:
+            page = self.get(path, params)
+            if page is None:
+                return None
+            items.extend(page.get("items") or [])
+            token = (page.get("metadata") or {}).get("continue")
+            if not token:
+                return items
+            params = {"limit": PAGE, "continue": token}
+
+
+def _age(timestamp: str | None, now: datetime) -> int:
+    if not timestamp:
+        return 0
+    created = datetime.fromisoformat(timestamp)
+    return max(0, int((now - created).total_seconds()))
+
+
+def trainjob_state(tj: dict[str, Any]) -> str:
+    """Failed, Complete, Suspended (Kueue or spec.suspend), Running (a Job has active or ready
+    pods) or Pending (created, nothing running yet)."""
+    status = tj.get("status") or {}
+    conditions = {c.get("type"): c.get("status") for c in status.get("conditions") or []}
+    if conditions.get("Failed") == "True":
+        return "Failed"
+    if conditions.get("Complete") == "True":
+        return "Complete"
+    if conditions.get("Suspended") == "True" or (tj.get("spec") or {}).get("suspend"):
+        return "Suspended"
+    if any((j.get("active") or 0) > 0 or (j.get("ready") or 0) > 0 for j in status.get("jobsStatus") or []):
+        return "Running"
+    return "Pending"
+
+
+def _image_tag(deployment: dict[str, Any]) -> str:
+    containers = deployment["spec"]["template"]["spec"].get("containers") or []
+    image = containers[0].get("image", "") if containers else ""
+    ref = image.split("@", 1)[0]
+    return ref.rsplit(":", 1)[1] if ":" in ref.rsplit("/", 1)[-1] else image
+
+
+def _pinned_tag(lock: lockmod.Lock, image: str) -> str:
+    try:
+        return lock.image(image).tag
+    except UserError:  # a component this lock does not pin (e.g. Kueue installed by someone else)
+        return "-"
+
+
+def collect(cluster: Cluster, namespace: str | None, platform_namespace: str = "kubeflow-system",
+            lock: lockmod.Lock | None = None, now: datetime | None = None) -> Status:
+    """Everything `trainstack status` shows. namespace None: TrainJobs of all namespaces."""
+    start = time.monotonic()
+    lock = lock or lockmod.load()
+    now = now or datetime.now(UTC)
+    result = Status(context=cluster.context, platform_namespace=platform_namespace)
+
+    deployments = cluster.list(f"/apis/apps/v1/namespaces/{platform_namespace}/deployments") or []
+    leases = cluster.list(f"/apis/coordination.k8s.io/v1/namespaces/{platform_namespace}/leases") or []
+    holders = [(lease.get("spec") or {}).get("holderIdentity") or "" for lease in leases]
+    for deployment in deployments:
+        name = deployment["metadata"]["name"]
+        if name not in COMPONENTS:
+            continue
+        component, image = COMPONENTS[name]
+        spec, st = deployment.get("spec") or {}, deployment.get("status") or {}
+        leader = next((h.split("_", 1)[0] for h in holders if h.startswith(f"{name}-")), "-")
+        result.components.append(Component(
+            name=component, deployment=name, version=_image_tag(deployment), pinned=_pinned_tag(lock, image),
+            ready=f"{st.get('readyReplicas', 0)}/{spec.get('replicas', 1)}", leader=leader))
+
+    runtimes = cluster.list("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes")
+    for rt in runtimes or []:
+        labels = rt["metadata"].get("labels") or {}
+        result.runtimes.append({"name": rt["metadata"]["name"],
+                                "golden": labels.get("app.kubernetes.io/part-of") == "trainstack",
+                                "framework": labels.get("trainer.kubeflow.org/framework", "")})
+    result.runtimes.sort(key=lambda r: (not r["golden"], r["name"]))
+
+    path = (f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs" if namespace
+            else "/apis/trainer.kubeflow.org/v1alpha1/trainjobs")
+    trainjobs = cluster.list(path)
+    if trainjobs is None:
+        raise UserError(f"context '{cluster.context}' has no TrainJob API (trainer.kubeflow.org/v1alpha1)",
+                        "install trainstack there first (README: Using it)")
+    for tj in trainjobs:
+        meta, spec, st = tj["metadata"], tj.get("spec") or {}, tj.get("status") or {}
+        trainer = st.get("trainerStatus") or {}
+        result.trainjobs.append(TrainJobRow(
+            namespace=meta.get("namespace", ""), name=meta["name"], state=trainjob_state(tj),
+            runtime=(spec.get("runtimeRef") or {}).get("name", ""), age_s=_age(meta.get("creationTimestamp"), now),
+            progress=trainer.get("progressPercentage"), remaining_s=trainer.get("estimatedRemainingSeconds")))
+    result.trainjobs.sort(key=lambda t: (t.namespace, STATES.index(t.state), -t.age_s, t.name))
+    result.seconds = time.monotonic() - start
+    return result
+
+
+# ----------------------------------------------------------------------------- output
+def human_age(seconds: int) -> str:
+    """kubectl-style: 42s, 7m, 5h12m, 3d4h."""
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60}m"
+    return f"{seconds // 86400}d{(seconds % 86400) // 3600}h"
+
+
+def print_text(status: Status, all_namespaces: bool) -> None:
+    progress.stdout.print(f"context: {status.context}   platform namespace: {status.platform_namespace}",
+                          markup=False)
+    if status.components:
+        progress.table("platform components", ["component", "deployment", "version", "pinned", "ready", "leader"],
+                       [(c.name, c.deployment, c.version if c.version == c.pinned else f"{c.version} (!)",
+                         c.pinned, c.ready, c.leader) for c in status.components])
+    else:
+        progress.stdout.print(f"no trainstack controllers in namespace {status.platform_namespace}", markup=False)
+    golden = [r for r in status.runtimes if r["golden"]]
+    others = [r for r in status.runtimes if not r["golden"]]
+    progress.table(f"ClusterTrainingRuntimes ({len(golden)} golden, {len(others)} other)",
+                   ["runtime", "framework", "golden"],
+                   [(r["name"], r["framework"], "yes" if r["golden"] else "") for r in status.runtimes])
+    progress.table(f"TrainJobs ({len(status.trainjobs)})", ["namespace", *STATES, "oldest active"],
+                   [(s["namespace"], *(s[state] or "" for state in STATES),
+                     human_age(s["oldest_active_s"]) if s["oldest_active_s"] else "") for s in status.summary()])
+    rows = status.trainjobs
+    title = "TrainJobs"
+    if all_namespaces:
+        rows = [t for t in rows if t.state not in ("Complete", "Failed")][:DETAIL_LIMIT]
+        title = f"active TrainJobs (first {DETAIL_LIMIT}; -n NAMESPACE lists all of one namespace)"
+    if rows:
+        progress.table(title, ["namespace", "trainjob", "state", "runtime", "age", "progress"],
+                       [(t.namespace, t.name, t.state, t.runtime, human_age(t.age_s),
+                         "" if t.progress is None else f"{t.progress}%"
+                         + ("" if t.remaining_s is None else f" ({human_age(t.remaining_s)} left)"))
+                        for t in rows])
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    if args.namespace and args.all_namespaces:
+        raise UserError("--namespace and --all-namespaces exclude each other", exit_code=2)
+    cluster = Cluster(args.kubeconfig, args.context)
+    namespace = None if args.all_namespaces else args.namespace
+    if namespace is None and not args.all_namespaces:
+        namespace = _current_namespace(args.kubeconfig, cluster.context)
+    status = collect(cluster, namespace, args.platform_namespace)
+    if args.output == "json":
+        print(json.dumps(status.as_json(), indent=2))
+    else:
+        print_text(status, namespace is None)
+    return 0
+
+
+def _current_namespace(kubeconfig: str | None, context: str) -> str | None:
+    """The namespace of the kube context (kubectl's default), or None (= all namespaces) if unset."""
+    from kubernetes import config
+
+    contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
+    for entry in contexts:
+        if entry["name"] == context:
+            return (entry.get("context") or {}).get("namespace")
+    return None
+
+
+def register(sub) -> None:
+    parser = sub.add_parser("status", help="the platform at a glance: components, runtimes, TrainJobs")
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument("-n", "--namespace", help="TrainJobs of this namespace (default: the context's, else all)")
+    scope.add_argument("-A", "--all-namespaces", action="store_true", help="TrainJobs of every namespace")
+    parser.add_argument("--platform-namespace", default="kubeflow-system", help="where the controllers run")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
+    parser.add_argument("--context", help="kube context (default: the current one)")
+    parser.add_argument("--output", choices=["text", "json"], default="text")
+    parser.set_defaults(func=_cmd_status)

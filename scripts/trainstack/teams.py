@@ -1,0 +1,408 @@
+"""`trainstack team add`: onboarding a team is one reviewed diff of an environment's values file.
+
+The team entry is written into overlays/ENV/values.yaml under `teams` with ruamel.yaml's
+round-trip mode, so every comment, key order and quoting already in the file stays as it was.
+Before anything is written the chart itself renders the changed values (the pinned helm, the
+same templates as `helm template`), so the checks of a team entry live in one place, the
+chart (charts/trainstack/templates/_teams.tpl), and a bad entry fails here with the chart's
+one line naming the team and the field, leaving the file untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import io
+import json
+import re
+import sys
+import tempfile
+from pathlib import Path
+
+from . import deps, helm, paths, progress
+from . import lock as lockmod
+from .errors import UsageError, UserError
+
+RESERVED = ("defaults", "kueue")
+_YAML11_BOOLS = {"y", "n", "yes", "no", "on", "off", "true", "false"}
+_CHART_ERROR = re.compile(r"^Error: (?:.*?execution error at \([^)]*\): )?")
+
+
+def _yaml():
+    from ruamel.yaml import YAML
+
+    y = YAML()  # round-trip: comments, order and quoting survive
+    y.preserve_quotes = True
+    y.width = 4096
+    y.indent(mapping=2, sequence=4, offset=2)
+    return y
+
+
+def parse_members(members: list[str], role: str) -> list[dict]:
+    """`alice`, `user:alice`, `group:ml`, `sa:NAMESPACE/NAME` or `sa:NAME` -> subject entries."""
+    out = []
+    for raw in members:
+        for item in (part.strip() for part in raw.split(",")):
+            if not item:
+                continue
+            kind, _, name = item.partition(":") if item.split(":", 1)[0] in ("user", "group", "sa") else ("user", "", item)
+            entry: dict = {"kind": {"user": "User", "group": "Group", "sa": "ServiceAccount"}[kind]}
+            if kind == "sa" and "/" in name:
+                entry["namespace"], name = name.split("/", 1)
+            entry["name"] = name
+            entry["role"] = role
+            out.append(entry)
+    return out
+
+
+def team_entry(args: argparse.Namespace) -> dict:
+    from ruamel.yaml.comments import CommentedMap, CommentedSeq
+
+    entry = CommentedMap()
+    if args.namespace:
+        entry["namespace"] = args.namespace
+    members = CommentedSeq()
+    for role, values in (("admin", args.admins), ("edit", args.members), ("view", args.viewers)):
+        for member in parse_members(values or [], role):
+            item = CommentedMap(member)
+            item.fa.set_flow_style()
+            members.append(item)
+    entry["members"] = members
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+    def quantity(value: str):  # "32" stays a string, written "32" as values files write quantities
+        text = str(value)
+        return DoubleQuotedScalarString(text) if re.fullmatch(r"[0-9.eE+-]+", text) else text
+
+    quota = CommentedMap()
+    if args.cpus is not None:
+        quota["cpu"] = quantity(args.cpus)
+    if args.memory is not None:
+        quota["memory"] = quantity(args.memory)
+    if args.gpus is not None:
+        quota[args.gpu_resource] = args.gpus
+    if quota:
+        quota.fa.set_flow_style()
+        entry["quota"] = quota
+    if args.borrow_gpus is not None:
+        borrow = CommentedMap({args.gpu_resource: args.borrow_gpus})
+        borrow.fa.set_flow_style()
+        entry["borrowingLimit"] = borrow
+    if args.runtimes:
+        runtimes = CommentedSeq([r.strip() for r in ",".join(args.runtimes).split(",") if r.strip()])
+        runtimes.fa.set_flow_style()
+        entry["runtimes"] = runtimes
+    if args.own_runtimes:
+        entry["ownRuntimes"] = True
+    return entry
+
+
+def add(env: str, name: str, entry: dict, values_path: Path | None = None, check: bool = True) -> tuple[Path, str]:
+    """Add team NAME to ENV's values file; returns (path, unified diff). Nothing is written when
+    the chart rejects the result."""
+    from ruamel.yaml.comments import CommentedMap
+
+    from .render import overlay_dir
+
+    path = values_path or overlay_dir(env) / "values.yaml"
+    rel = _relative(path)
+    if name in RESERVED:
+        raise UserError(f"{rel}: teams.{name}: '{name}' is reserved under teams (it holds settings); choose another team name")
+    y = _yaml()
+    before = path.read_text() if path.is_file() else ""
+    try:
+        data = y.load(before) if before.strip() else None
+    except Exception as err:  # ruamel raises many YAMLError subclasses
+        raise UserError(f"{rel}: not valid YAML: {str(err).splitlines()[0]}") from None
+    if data is None:
+        data = CommentedMap()
+    if not isinstance(data, dict):
+        raise UserError(f"{rel}: the values file must be a YAML mapping")
+    teams = data.get("teams")
+    if teams is None:
+        teams = CommentedMap()
+        data["teams"] = teams
+        data.yaml_set_comment_before_after_key(
+            "teams", before="\nThe teams of this environment (docs/teams.md); `trainstack team add` adds one.")
+    elif not isinstance(teams, dict):
+        raise UserError(f"{rel}: teams must be a mapping of team name to team")
+    if name in teams:
+        raise UserError(f"{rel}: teams.{name} already exists", "edit the entry in the file, or choose another name")
+    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+    # YAML 1.1 (Helm's parser) reads y/n/yes/no/on/off/true/false keys as booleans: quote them.
+    key = DoubleQuotedScalarString(name) if name.lower() in _YAML11_BOOLS else name
+    teams[key] = entry
+    buffer = io.StringIO()
+    y.dump(data, buffer)
+    after = buffer.getvalue()
+    if check:
+        _render_check(after, rel)
+    path.write_text(after)
+    diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
+                                        fromfile=f"a/{rel.lstrip('/')}", tofile=f"b/{rel.lstrip('/')}"))
+    return path, diff
+
+
+def _relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(paths.repo_root()))
+    except ValueError:
+        return str(path)
+
+
+def _render_check(values_text: str, rel: str) -> None:
+    """Render the chart with the new values; the chart's own checks decide (one line on failure)."""
+    lock = lockmod.load()
+    deps.ensure(lock)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="trainstack-team-") as handle:
+        handle.write(values_text)
+        handle.flush()
+        result = helm.run(["template", "trainstack", str(paths.chart_dir()), "--namespace", "kubeflow-system",
+                           "--kube-version", lock.kubernetes_version, "-f", handle.name],
+                          lock=lock, check=False)
+    if result.returncode != 0:
+        line = _CHART_ERROR.sub("", helm.first_error_line(result.stderr))
+        raise UserError(f"{rel}: {line}", "nothing was written")
+
+
+def _cmd_team(args: argparse.Namespace) -> int:
+    if args.team_command != "add":
+        raise UsageError(f"unknown team command '{args.team_command}'")
+    if not (args.members or args.admins or args.viewers):
+        raise UsageError("team add needs at least one of --members, --admins, --viewers")
+    entry = team_entry(args)
+    path, diff = add(args.env, args.name, entry, Path(args.values) if args.values else None)
+    if args.output == "json":
+        print(json.dumps({"file": str(path), "team": args.name, "diff": diff}, indent=2))
+    else:
+        sys.stdout.write(diff)
+        progress.info(f"added team {args.name} to {_relative(path)}: review the diff, then commit it")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    team = subparsers.add_parser("team", help="onboard teams: one reviewed change to an environment's values")
+    sub = team.add_subparsers(dest="team_command", required=True, parser_class=type(team))
+    add_p = sub.add_parser("add", help="add a team (namespace, quota, roles, Kueue queue) to ENV's values file",
+                           description="Writes teams.NAME into overlays/ENV/values.yaml, keeping the file's comments "
+                                       "and order, after the chart has rendered it. Members: alice, user:alice, "
+                                       "group:NAME, sa:NAMESPACE/NAME (comma-separated or repeated).")
+    add_p.add_argument("name", help="team name (a DNS label; also its namespace and Kueue queue)")
+    add_p.add_argument("--env", default="dev", help="overlay under overlays/ (default dev)")
+    add_p.add_argument("--values", help=argparse.SUPPRESS)  # another values file (tests)
+    add_p.add_argument("--members", action="append", help="members with the edit role")
+    add_p.add_argument("--admins", action="append", help="members with the admin role")
+    add_p.add_argument("--viewers", action="append", help="members with the view role")
+    add_p.add_argument("--gpus", type=int, help="GPU quota (nvidia.com/gpu unless --gpu-resource)")
+    add_p.add_argument("--cpus", help="CPU quota, a quantity (e.g. 32 or 500m)")
+    add_p.add_argument("--memory", help="memory quota, a quantity (e.g. 128Gi)")
+    add_p.add_argument("--gpu-resource", default="nvidia.com/gpu", help="extended resource of --gpus")
+    add_p.add_argument("--borrow-gpus", type=int, help="GPUs it may borrow from idle teams (Kueue)")
+    add_p.add_argument("--namespace", help="namespace (default: the team name)")
+    add_p.add_argument("--runtimes", action="append", help="golden runtimes it may use (default: all)")
+    add_p.add_argument("--own-runtimes", action="store_true", help="may define its own TrainingRuntimes")
+    add_p.add_argument("--output", choices=["text", "json"], default="text")
+    team.set_defaults(func=_cmd_team)
+
+
+# -- live checks over a kubeconfig (for the e2e suite) ------------------------------------------
+#
+# access_matrix(kubeconfig, ...) asks a real API server, impersonating a team member, what the
+# member may do (`kubectl auth can-i --as`) and makes real requests (server-side dry runs and
+# reads) as that member. Each row says what was expected and what the server answered; the suite
+# fails on any row whose `ok` is False. The caller's kubeconfig needs impersonation (cluster admin).
+
+TRAINJOBS = "trainjobs.trainer.kubeflow.org"
+
+
+class AccessRow:
+    def __init__(self, what: str, expected: bool, actual: bool, detail: str = "") -> None:
+        self.what, self.expected, self.actual, self.detail = what, expected, actual, detail
+
+    @property
+    def ok(self) -> bool:
+        return self.expected == self.actual
+
+    def as_dict(self) -> dict:
+        return {"what": self.what, "expected": self.expected, "actual": self.actual, "ok": self.ok,
+                "detail": self.detail}
+
+
+def _kubectl(kubeconfig: Path, *args: str, input_text: str | None = None):
+    import subprocess
+
+    from . import tools
+
+    binary = tools.require("kubectl")
+    return subprocess.run([str(binary), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
+                          input=input_text, timeout=60)
+
+
+def _can_i(kubeconfig: Path, as_args: list[str], verb: str, resource: str, namespace: str | None,
+           subresource: str = "") -> bool:
+    args = ["auth", "can-i", verb, resource, *as_args]
+    if namespace:
+        args += ["-n", namespace]
+    if subresource:
+        args += [f"--subresource={subresource}"]
+    return _kubectl(kubeconfig, *args).stdout.strip() == "yes"
+
+
+def trainjob_manifest(name: str, namespace: str, team: str, runtime: str = "torch-distributed",
+                      image: str | None = None) -> dict:
+    """A TrainJob the team's member submits (labels for the requiredLabels and teamAccess rules)."""
+    trainer: dict = {"numNodes": 1}
+    if image:
+        trainer["image"] = image
+    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": name, "namespace": namespace,
+                         "labels": {"trainstack.io/team": team, "kueue.x-k8s.io/queue-name": team}},
+            "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer}}
+
+
+def access_matrix(kubeconfig: Path, user: str, own_namespace: str, other_namespace: str, team: str,
+                  groups: tuple[str, ...] = (), system_namespace: str = "kubeflow-system",
+                  runtime: str = "torch-distributed", image: str | None = None) -> list[AccessRow]:
+    """What a member of `team` (user, groups) may do in its namespace, in another team's, and on the
+    platform; every row is the API server's answer, with the expectation next to it."""
+    import yaml
+
+    as_args = ["--as", user, *[f"--as-group={g}" for g in groups]]
+    rows: list[AccessRow] = []
+
+    def can(verb, resource, ns, expected, subresource=""):
+        where = f"in {ns}" if ns else "cluster-wide"
+        label = f"{verb} {resource}{'/' + subresource if subresource else ''} {where}"
+        rows.append(AccessRow(label, expected, _can_i(kubeconfig, as_args, verb, resource, ns, subresource)))
+
+    for ns, mine in ((own_namespace, True), (other_namespace, False)):
+        for verb in ("create", "get", "list", "watch", "delete"):
+            can(verb, TRAINJOBS, ns, mine)
+        can("get", "pods", ns, mine, subresource="log")
+        can("list", "pods", ns, mine)
+        can("list", "events", ns, mine)
+    can("list", "clustertrainingruntimes.trainer.kubeflow.org", None, True)
+    can("get", "clustertrainingruntimes.trainer.kubeflow.org", None, True)
+    for verb in ("create", "update", "patch", "delete"):
+        can(verb, "clustertrainingruntimes.trainer.kubeflow.org", None, False)
+    can("create", "validatingadmissionpolicies.admissionregistration.k8s.io", None, False)
+    can("update", "validatingadmissionpolicybindings.admissionregistration.k8s.io", None, False)
+    can("update", "configmaps", system_namespace, False)
+    can("update", "resourcequotas", own_namespace, False)
+    can("delete", "limitranges", own_namespace, False)
+    can("create", "localqueues.kueue.x-k8s.io", own_namespace, False)
+    can("update", "clusterqueues.kueue.x-k8s.io", None, False)
+    can("create", "rolebindings.rbac.authorization.k8s.io", own_namespace, False)
+
+    # real requests as the member
+    for ns, mine in ((own_namespace, True), (other_namespace, False)):
+        job = trainjob_manifest("access-check", ns, team, runtime, image)
+        result = _kubectl(kubeconfig, "create", "--dry-run=server", "-o", "name", "-f", "-", *as_args,
+                          input_text=yaml.safe_dump(job))
+        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] if result.returncode else []
+        rows.append(AccessRow(f"submit a TrainJob in {ns} (server dry run)", mine, result.returncode == 0,
+                              detail[0] if detail else ""))
+    listed = _kubectl(kubeconfig, "get", "clustertrainingruntimes", "-o", "name", *as_args)
+    rows.append(AccessRow("read the golden ClusterTrainingRuntimes", True,
+                          listed.returncode == 0 and f"clustertrainingruntime.trainer.kubeflow.org/{runtime}" in listed.stdout,
+                          (listed.stderr or "").strip()[:200]))
+    public = _kubectl(kubeconfig, "get", "configmap", "kubeflow-trainer-public", "-n", system_namespace, "-o", "name",
+                      *as_args)
+    rows.append(AccessRow("read kubeflow-trainer-public (the SDK's version check)", True, public.returncode == 0,
+                          (public.stderr or "").strip()[:200]))
+    return rows
+
+
+def member_kubeconfig(admin_kubeconfig: Path, ca_cert: Path, ca_key: Path, user: str, groups: tuple[str, ...],
+                      out_dir: Path) -> Path:
+    """A kubeconfig that authenticates as USER in GROUPS with a client certificate signed by the
+    cluster CA (CN = user, O = each group): a real identity, as the Kubeflow SDK uses one."""
+    import subprocess
+
+    import yaml
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    key, csr, crt = out_dir / "user.key", out_dir / "user.csr", out_dir / "user.crt"
+    subject = "/CN=" + user + "".join(f"/O={g}" for g in groups)
+    for cmd in (["openssl", "genrsa", "-out", str(key), "2048"],
+                ["openssl", "req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr)],
+                ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key),
+                 "-CAcreateserial", "-days", "1", "-out", str(crt)]):
+        subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+    config = yaml.safe_load(admin_kubeconfig.read_text())
+    cluster = config["clusters"][0]
+    member = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster],
+              "users": [{"name": user, "user": {"client-certificate": str(crt), "client-key": str(key)}}],
+              "contexts": [{"name": user, "context": {"cluster": cluster["name"], "user": user}}],
+              "current-context": user}
+    path = out_dir / "kubeconfig.yaml"
+    path.write_text(yaml.safe_dump(member))
+    return path
+
+
+_SDK_SCRIPT = '''
+import json, sys
+from kubeflow.common.types import KubernetesBackendConfig
+from kubeflow.trainer import CustomTrainer, TrainerClient
+
+
+def train():
+    print("hello from the team")
+
+
+config, namespace, runtime = sys.argv[1:4]
+out = {}
+client = TrainerClient(backend_config=KubernetesBackendConfig(namespace=namespace, config_file=config))
+try:
+    out["runtimes"] = sorted(r.name for r in client.list_runtimes())
+    name = client.train(runtime=runtime, trainer=CustomTrainer(func=train, num_nodes=1))
+    out["job"] = name
+    out["got"] = client.get_job(name).name
+    client.delete_job(name)
+    out["deleted"] = True
+except Exception as err:  # reported to the caller, which decides what was expected
+    cause = err.__cause__ or err.__context__
+    out["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+    out["status"] = getattr(cause, "status", None) or getattr(err, "status", None)
+print(json.dumps(out))
+'''
+
+
+def sdk_as_member(member_config: Path, namespace: str, runtime: str = "torch-distributed") -> dict:
+    """Run the Kubeflow SDK as the member (its own kubeconfig): list_runtimes(), train(), get_job(),
+    delete_job() in NAMESPACE. Returns {"runtimes", "job", "got", "deleted"}, or {"error", "status"}
+    (status: the HTTP status of the API error underneath, 403 when RBAC refused)."""
+    import subprocess
+
+    with tempfile.TemporaryDirectory(prefix="trainstack-sdk-") as tmp:
+        script = Path(tmp) / "sdk_member.py"
+        script.write_text(_SDK_SCRIPT)
+        result = subprocess.run([sys.executable, str(script), str(member_config), namespace, runtime],
+                                capture_output=True, text=True, timeout=180)
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
+    if not lines:
+        return {"error": f"sdk run failed: {(result.stderr or result.stdout).strip()[-300:]}"}
+    return json.loads(lines[-1])
+
+
+def golden_runtimes_pass_webhook(kubeconfig: Path, runtimes: list[dict]) -> list[AccessRow]:
+    """Each golden ClusterTrainingRuntime without `trainer.kubeflow.org/webhook-validation:
+    disabled`, created by server dry run under another name, so upstream's validating webhook
+    (which must be serving) checks it. One row per runtime; `ok` when the webhook admitted it."""
+    import copy
+
+    import yaml
+
+    rows = []
+    for runtime in runtimes:
+        obj = copy.deepcopy(runtime)
+        labels = obj["metadata"].get("labels") or {}
+        labels.pop("trainer.kubeflow.org/webhook-validation", None)
+        obj["metadata"] = {"name": f"{obj['metadata']['name']}-webhook-check"[:63], "labels": labels}
+        result = _kubectl(kubeconfig, "create", "--dry-run=server", "-o", "name", "-f", "-",
+                          input_text=yaml.safe_dump(obj))
+        detail = (result.stderr or "").strip().splitlines()
+        rows.append(AccessRow(f"webhook admits {runtime['metadata']['name']}", True, result.returncode == 0,
+                              detail[-1] if detail else ""))
+    return rows

@@ -1,0 +1,143 @@
+"""The parts of the upgrade test that need no cluster: exporting the old tree, CRDs a chart ships,
+what counts as a loss, the webhook gap and helm's conflict lines."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import yaml
+from test_release import commit_all, git, repo  # noqa: F401  (the temporary repository fixture)
+from trainstack.e2e import upgrade
+from trainstack.errors import UserError
+
+
+def test_export_release_and_refs_without_touching_the_checkout(repo: Path, tmp_path: Path) -> None:  # noqa: F811
+    first = upgrade.release.load(repo / "releases.yaml")[0].commit
+    (repo / "charts/trainstack/values.yaml").write_text("replicas: 5\n")  # uncommitted, must not leak in
+    commit, label = upgrade.export_ref(repo, "0.1.0", tmp_path / "old")
+    assert commit == first and label == "release 0.1.0"
+    assert (tmp_path / "old/charts/trainstack/values.yaml").read_text() == "replicas: 1\n"
+    assert not (tmp_path / "old/releases.yaml").exists()  # the tree as it was at that commit
+    assert (repo / "charts/trainstack/values.yaml").read_text() == "replicas: 5\n"
+    assert git(repo, "status", "--porcelain") == "M charts/trainstack/values.yaml"
+    commit, label = upgrade.export_ref(repo, "main", tmp_path / "head")
+    assert label.startswith("ref main") and (tmp_path / "head/releases.yaml").is_file()
+
+
+def test_unknown_ref_is_a_usage_error(repo: Path, tmp_path: Path) -> None:  # noqa: F811
+    with pytest.raises(UserError, match="unknown git ref 'v9.9.9'") as err:
+        upgrade.export_ref(repo, "v9.9.9", tmp_path / "old")
+    assert err.value.exit_code == 2 and not (tmp_path / "old").exists()
+
+
+def test_ref_without_a_chart_is_refused(repo: Path, tmp_path: Path) -> None:  # noqa: F811
+    git(repo, "rm", "-q", "-r", "charts")
+    commit_all(repo, "no chart")
+    with pytest.raises(UserError, match="not a trainstack release"):
+        upgrade.export_ref(repo, "HEAD", tmp_path / "old")
+
+
+def _crd(name: str) -> dict:
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition", "metadata": {"name": name},
+            "spec": {"versions": [{"name": "v1", "schema": {"openAPIV3Schema": {"type": "object"}}}]}}
+
+
+def test_crd_documents_include_the_dependencies_crds_folders(tmp_path: Path) -> None:
+    chart = tmp_path / "chart"
+    (chart / "crds").mkdir(parents=True)
+    (chart / "crds/trainjobs.yaml").write_text(yaml.safe_dump(_crd("trainjobs.trainer.kubeflow.org")))
+    (chart / "charts").mkdir()
+    with tarfile.open(chart / "charts/jobset-0.12.0.tgz", "w:gz") as tar:
+        for member, doc in (("jobset/crds/jobsets.yaml", _crd("jobsets.jobset.x-k8s.io")),
+                            ("jobset/templates/cm.yaml", {"kind": "ConfigMap", "metadata": {"name": "x"}})):
+            data = yaml.safe_dump(doc).encode()
+            info = tarfile.TarInfo(member)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    names = [d["metadata"]["name"] for d in upgrade.crd_documents(chart)]
+    assert names == ["trainjobs.trainer.kubeflow.org", "jobsets.jobset.x-k8s.io"]
+
+
+def snap(trainjobs: dict, jobsets: set = frozenset(), runtimes: set = frozenset()) -> upgrade.Snapshot:
+    return upgrade.Snapshot(trainjobs, set(jobsets), set(runtimes), {})
+
+
+def test_losses() -> None:
+    before = snap({"ns/a": ("Complete", "t1"), "ns/b": ("", ""), "ns/c": ("Failed", "t2")}, {"ns/a", "ns/b"},
+                  {"ClusterTrainingRuntime//torch-distributed"})
+    assert upgrade.losses(before, before) == []
+    running_done = snap({"ns/a": ("Complete", "t1"), "ns/b": ("Complete", "t3"), "ns/c": ("Failed", "t2")},
+                        {"ns/a", "ns/b"}, {"ClusterTrainingRuntime//torch-distributed"})
+    assert upgrade.losses(before, running_done) == []  # a running job finishing is not a loss
+    after = snap({"ns/a": ("", ""), "ns/b": ("", "")}, {"ns/b"}, set())
+    problems = upgrade.losses(before, after)
+    assert problems == ["TrainJobs lost: ns/c", "finished TrainJobs changed status: ns/a (Complete -> not finished)",
+                        "JobSets lost: ns/a", "runtimes lost: ClusterTrainingRuntime//torch-distributed"]
+    assert upgrade.losses(before, snap(before.trainjobs, before.jobsets, set()),
+                          expect_gone={"ClusterTrainingRuntime//torch-distributed"}) == []
+
+
+def test_longest_gap() -> None:
+    assert upgrade.longest_gap([]) == 0
+    assert upgrade.longest_gap([(0, True), (1, True)]) == 0
+    samples = [(0.0, True), (1.0, False), (1.5, False), (2.0, True), (3.0, False), (6.0, True)]
+    assert upgrade.longest_gap(samples) == 3.0
+    assert upgrade.longest_gap([(0.0, True), (1.0, False), (4.5, False)]) == 3.5  # still rejecting at the end
+
+
+def test_conflicts_from_helm_output() -> None:
+    out = ("Release \"trainstack\" has been upgraded.\n"
+           "Error: UPGRADE FAILED: conflict occurred while applying object kubeflow-system/jobset-webhook-server-cert "
+           "/v1, Kind=Secret: Apply failed with 4 conflicts: conflicts with \"jobset\" using v1:\n")
+    assert len(upgrade.conflicts(out)) == 1 and "jobset-webhook-server-cert" in upgrade.conflicts(out)[0]
+    assert upgrade.conflicts("Release upgraded\n") == []
+
+
+def test_terminal_state() -> None:
+    job = {"status": {"conditions": [{"type": "Suspended", "status": "False"},
+                                     {"type": "Complete", "status": "True", "lastTransitionTime": "t"}]}}
+    assert upgrade.terminal(job) == ("Complete", "t")
+    assert upgrade.terminal({"status": {}}) == ("", "")
+
+
+def test_git_archive_is_what_export_uses(repo: Path, tmp_path: Path) -> None:  # noqa: F811
+    """The exported tree equals git's own listing of the commit (no untracked or ignored files)."""
+    commit, _ = upgrade.export_ref(repo, "HEAD", tmp_path / "t")
+    listed = set(subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "--name-only", commit], capture_output=True,
+                                text=True, check=True).stdout.split())
+    exported = {str(p.relative_to(tmp_path / "t")) for p in (tmp_path / "t").rglob("*") if p.is_file()}
+    assert exported == listed
+
+
+@pytest.mark.slow
+def test_release_0_1_0_builds_with_its_own_tooling(tmp_path: Path, chart_ready) -> None:
+    """The N-1 of the upgrade test: release 0.1.0's tree, its own `trainstack deps`, the CRDs both charts ship."""
+    from conftest import ROOT
+
+    commit, label = upgrade.export_ref(ROOT, "0.1.0", tmp_path / "old")
+    assert label == "release 0.1.0" and commit == upgrade.release.load(ROOT / "releases.yaml")[-1].commit
+    old_chart = upgrade.build_old_chart(tmp_path / "old")
+    old = {d["metadata"]["name"] for d in upgrade.crd_documents(old_chart)}
+    new = {d["metadata"]["name"] for d in upgrade.crd_documents(ROOT / "charts" / "trainstack")}
+    assert {"trainjobs.trainer.kubeflow.org", "jobsets.jobset.x-k8s.io"} <= old
+    assert old <= new, f"CRDs the new chart no longer ships (their objects would be orphaned): {old - new}"
+
+
+@pytest.mark.slow
+def test_rendered_crds_are_those_helm_installs(chart_ready) -> None:
+    """What the upgrade applies server-side: the chart's CRDs plus those of enabled dependencies only."""
+    from conftest import ROOT
+
+    chart = ROOT / "charts" / "trainstack"
+    values = ["-f", str(ROOT / "overlays" / "dev" / "values.yaml")]
+    names = {d["metadata"]["name"] for d in upgrade.rendered_crds(chart, values)}
+    assert {"trainjobs.trainer.kubeflow.org", "clustertrainingruntimes.trainer.kubeflow.org",
+            "jobsets.jobset.x-k8s.io"} <= names
+    assert "leaderworkersets.leaderworkerset.x-k8s.io" not in names  # the data cache is off in dev
+    with_cache = {d["metadata"]["name"] for d in upgrade.rendered_crds(chart, [*values, "--set", "dataCache.enabled=true"])}
+    assert with_cache - names == {"leaderworkersets.leaderworkerset.x-k8s.io"}
+    assert names <= {d["metadata"]["name"] for d in upgrade.crd_documents(chart)}
