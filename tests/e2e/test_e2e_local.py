@@ -111,7 +111,7 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
     assert steps["image policy on ':latest'"]["result"] in ("pass", "skip")
     # one smoke job per golden runtime, torch on CPU and GPU among them
     smoke = steps["smoke TrainJobs Complete"]["detail"]
-    assert "torch," in smoke + "," and "torch-gpu" in smoke, smoke
+    assert "torch (real)" in smoke and "torch-gpu (simulated)" in smoke, smoke
     assert "GPU-runtime pods on GPU nodes" in steps["pod placement"]["detail"]
     # the summary table is printed with a row per step
     for name in REQUIRED:

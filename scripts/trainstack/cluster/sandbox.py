@@ -80,10 +80,11 @@ def check_host() -> None:
 
 
 def controllers() -> list[Path]:
-    """Mounted cgroup v1 hierarchies (one directory per hierarchy)."""
+    """Mounted cgroup hierarchies (one directory each): the v1 controllers and, on a hybrid host, the
+    unified v2 tree, where runc also makes each container's cgroup."""
     out = []
     for entry in sorted(CGROUP_ROOT.iterdir()):
-        if entry.is_dir() and not entry.is_symlink() and entry.name != "unified" and (entry / "tasks").exists():
+        if entry.is_dir() and not entry.is_symlink() and (entry / "cgroup.procs").exists():
             out.append(entry)
     return out
 
