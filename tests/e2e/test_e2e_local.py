@@ -63,6 +63,7 @@ REAL_NODE_STEPS = [
     "SDK TrainJob trains on 2 real pods",
     "checkpoint outlives the pods",
     "worker killed mid-run",
+    "SDK fine-tune (TorchTune) on the GPU pool",
 ]
 
 
