@@ -547,7 +547,7 @@ class Suite:
             ("checkpoint outlives the pods", self.checkpoint_kept),
             ("worker killed mid-run", self.worker_killed),
             *([("SDK fine-tune (TorchTune) on the GPU pool", self.sdk_finetune)]
-              if getattr(self.provider, "nodes", "") == "both" and self._torchtune_runtime() else []),
+              if getattr(self.provider, "nodes", "") == "both" else []),
         ]
 
     def _torchtune_runtime(self) -> str:
@@ -563,6 +563,8 @@ class Suite:
 
         sdk = realnode.example_module("sdk_finetune")
         runtime = self._torchtune_runtime()
+        if not runtime:
+            return f"skipped: env {self.env} renders no TorchTune runtime"
         args = sdk.parse_args(["--runtime", runtime, "--namespace", SMOKE_NS])
         before = os.environ.get("KUBECONFIG")
         os.environ["KUBECONFIG"] = str(self.provider.kubeconfig)
