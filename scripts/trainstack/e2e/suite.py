@@ -566,15 +566,9 @@ class Suite:
         if not runtime:
             return f"skipped: env {self.env} renders no TorchTune runtime"
         args = sdk.parse_args(["--runtime", runtime, "--namespace", SMOKE_NS])
-        before = os.environ.get("KUBECONFIG")
-        os.environ["KUBECONFIG"] = str(self.provider.kubeconfig)
-        try:
-            name = sdk.submit(args)
-        finally:
-            if before is None:
-                os.environ.pop("KUBECONFIG", None)
-            else:
-                os.environ["KUBECONFIG"] = before
+        initializer, trainer, options = sdk.build(args)  # what sdk_finetune.submit sends, to this cluster
+        name = realnode.client(self.provider.kubeconfig).train(
+            runtime=args.runtime, initializer=initializer, trainer=trainer, options=options or None)
         self.wait_trainjobs({name: "Complete"}, timeout=self.provider.job_timeout)
         nodes = {n["metadata"]["name"]: n for n in self.kube.kubectl_json("get", "nodes")["items"]}
         pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")
