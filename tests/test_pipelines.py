@@ -5,11 +5,9 @@ relies on (steps and their order, the step's inputs and outputs, images and the 
 lock, caching and retries); bad input fails the step, run by kfp.local, with one line; the data and
 evaluation steps score a real checkpoint of examples/train_ddp.py.
 
-On a cluster (marker e2e; skipped unless TRAINSTACK_PIPELINE_KUBECONFIG names one, e.g. the
-kubeconfig `trainstack e2e --keep` prints): the training step submits, waits and reports failures;
-with TRAINSTACK_PIPELINE_NODES=real the whole pipeline trains on real pods and the evaluation
-reads the real checkpoint; the step works as the ServiceAccount of rbac.yaml and is refused
-beyond it.
+On a real API server whose Trainer controller the test plays: submit, wait, failure reasons, policy
+denials, the three steps in order. On the real-node cluster (tests/e2e/test_real_platform.py): the
+whole pipeline trains on real pods and evaluates the real checkpoint.
 """
 
 # No `from __future__ import annotations`: the pipeline defined in a test needs real annotations (kfp).
@@ -26,14 +24,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from conftest import ROOT
-
-PIPELINES = ROOT / "examples" / "pipelines"
-sys.path.insert(0, str(PIPELINES))
-
-import train_pipeline as tp  # noqa: E402
-import trainjob_component as tc  # noqa: E402
+from pipeline_support import PIPELINES, score, step_fails, tp, train_locally
 
 TRAIN_STEP = "run-trainjob"
 
@@ -193,7 +185,7 @@ def kubeflow_sdk() -> None:
 @pytest.fixture
 def nowhere_kubeconfig(tmp_path) -> Path:
     """A kubeconfig whose API server is a loopback port nothing listens on."""
-    from trainstack.smoke import free_port
+    from trainstack.cluster.local import free_port
 
     path = tmp_path / "kubeconfig"
     path.write_text(yaml.safe_dump({
@@ -202,17 +194,6 @@ def nowhere_kubeconfig(tmp_path) -> Path:
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
     return path
-
-
-def _step_fails(capsys, kubeconfig: Path, workdir: Path, **inputs) -> str:
-    with pytest.raises(tp.PipelineFailed) as failure:
-        tp.run_training_step(kubeconfig, inputs.pop("namespace", "team-a"), workdir=workdir, **inputs)
-    log = capsys.readouterr().out
-    assert "Traceback" not in log, log[-3000:]
-    errors = [ln.strip() for ln in log.splitlines() if ln.strip().startswith("error: ")]
-    assert len(errors) == 1, log[-3000:]
-    assert errors[0] == f"error: {failure.value}"
-    return str(failure.value)
 
 
 @pytest.mark.slow
@@ -225,12 +206,12 @@ def _step_fails(capsys, kubeconfig: Path, workdir: Path, **inputs) -> str:
     ({"script": "print(1)", "timeout_seconds": 1}, "timeout_seconds must be at least 10"),
 ])
 def test_bad_input_fails_the_step_with_one_line(kubeflow_sdk, nowhere_kubeconfig, tmp_path, capsys, inputs, expected):
-    assert expected in _step_fails(capsys, nowhere_kubeconfig, tmp_path, **inputs)
+    assert expected in step_fails(capsys, nowhere_kubeconfig, tmp_path, **inputs)
 
 
 @pytest.mark.slow
 def test_an_unreachable_cluster_fails_the_step_with_one_line(kubeflow_sdk, nowhere_kubeconfig, tmp_path, capsys):
-    message = _step_fails(capsys, nowhere_kubeconfig, tmp_path, script="print(1)")
+    message = step_fails(capsys, nowhere_kubeconfig, tmp_path, script="print(1)")
     assert message.startswith("run_trainjob: cannot read TrainingRuntime team-a/torch-distributed: "
                               "the API server does not answer"), message
 
@@ -244,40 +225,12 @@ def test_a_missing_kubeconfig_is_one_line(tmp_path):
     assert result.stderr.strip() == f"error: pipeline {tp.PIPELINE_NAME}: kubeconfig {tmp_path / 'missing'} does not exist"
 
 
-def _train_locally(steps: int, output_dir: Path) -> Path:
-    result = subprocess.run([sys.executable, str(tp.TRAIN_SCRIPT), "--steps", str(steps), "--output-dir",
-                             str(output_dir)], capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stderr[-2000:]
-    return output_dir
-
-
-def _score(kubeconfig: Path, workdir: Path, *checkpoint_dirs: Path, claim: str = "local-claim") -> list[dict]:
-    """make_dataset once, then evaluate on each checkpoint directory (as if the claim were mounted there)."""
-    from typing import NamedTuple
-
-    from kfp import dsl
-
-    names = [f"m{i}" for i in range(len(checkpoint_dirs))]
-
-    @dsl.pipeline(name="score-checkpoints")
-    def score(claim: str) -> NamedTuple("Scores", [(n, dsl.Metrics) for n in names]):
-        script = tp.TRAIN_SCRIPT.read_text()
-        data = tp.make_dataset(script=script, seed=0, features=16, samples=256)
-        scores = [tp.evaluate(script=script, namespace="team-a", trainjob="local", output_claim=claim,
-                              output_mount_path=str(d), dataset=data.outputs["dataset"]).outputs["metrics"]
-                  for d in checkpoint_dirs]
-        return NamedTuple("Scores", [(n, dsl.Metrics) for n in names])(*scores)
-
-    task, _root, _seconds = tp._run_with_kfp_local(kubeconfig, workdir, lambda: score(claim=claim))
-    return [dict(task.outputs[n].metadata) for n in names]
-
-
 @pytest.mark.slow
 @pytest.mark.torch
 def test_the_data_and_evaluation_steps_score_a_real_checkpoint(kubeflow_sdk, nowhere_kubeconfig, tmp_path):
     """train_ddp.py trains here (one process); evaluate reads its checkpoint where the claim would be mounted."""
-    barely, trained = _score(nowhere_kubeconfig, tmp_path / "run", _train_locally(1, tmp_path / "one-step"),
-                             _train_locally(40, tmp_path / "forty-steps"))
+    barely, trained = score(nowhere_kubeconfig, tmp_path / "run", train_locally(1, tmp_path / "one-step"),
+                             train_locally(40, tmp_path / "forty-steps"))
     assert (barely["checkpoint_step"], trained["checkpoint_step"]) == (1, 40)
     assert trained["world_size"] == 1
     assert math.isfinite(trained["final_loss"]) and 0 < trained["final_loss"] < barely["final_loss"]
@@ -287,7 +240,7 @@ def test_the_data_and_evaluation_steps_score_a_real_checkpoint(kubeflow_sdk, now
 @pytest.mark.torch
 def test_evaluation_without_an_output_volume_is_one_line(kubeflow_sdk, nowhere_kubeconfig, tmp_path, capsys):
     with pytest.raises(tp.PipelineFailed) as failure:
-        _score(nowhere_kubeconfig, tmp_path, tmp_path / "nothing-here", claim="")
+        score(nowhere_kubeconfig, tmp_path, tmp_path / "nothing-here", claim="")
     assert str(failure.value) == "evaluate: TrainJob team-a/local has no output volume, so there is no checkpoint to read"
     assert "Traceback" not in capsys.readouterr().out
 
@@ -383,7 +336,7 @@ def test_on_the_api_server_a_failed_trainjob_fails_the_step_with_its_reason(apis
     seen = set(_names(cluster, "team-a"))
     player = _play_the_controller(cluster, "team-a", {"type": "Failed", "reason": "FailedJobs",
                                                       "message": "jobset failed: job node failed"}, seen)
-    message = _step_fails(capsys, apiserver["sa_kubeconfig"], tmp_path, script="print(1)", timeout_seconds=120)
+    message = step_fails(capsys, apiserver["sa_kubeconfig"], tmp_path, script="print(1)", timeout_seconds=120)
     player.join(timeout=5)
     assert message.startswith("TrainJob team-a/") and message.endswith(
         " failed: FailedJobs: jobset failed: job node failed"), message
@@ -393,7 +346,7 @@ def test_on_the_api_server_a_failed_trainjob_fails_the_step_with_its_reason(apis
 def test_on_the_api_server_a_policy_denial_is_one_line_with_the_policys_message(apiserver, tmp_path, capsys):
     deadline = time.monotonic() + 30  # a new ValidatingAdmissionPolicy takes effect within seconds
     while True:
-        message = _step_fails(capsys, apiserver["sa_kubeconfig"], tmp_path / str(int(time.monotonic())),
+        message = step_fails(capsys, apiserver["sa_kubeconfig"], tmp_path / str(int(time.monotonic())),
                               script="print(1)", image="docker.io/library/python:latest", timeout_seconds=30)
         if "was not created" in message or time.monotonic() > deadline:
             break
@@ -420,6 +373,9 @@ def test_on_the_api_server_run_local_runs_the_three_steps_in_order(apiserver, tm
     [trainjob] = set(_names(cluster, "team-a")) - before
     assert str(failure.value).startswith(f"evaluate: cannot start a pod in team-a to read volume output-{trainjob}: "
                                          "403 "), failure.value
+    # The pipeline's int parameters reach train_ddp.py as ints ("5", not the JSON "5.0" argparse refuses).
+    trainer = json.dumps(cluster.kubectl_json("get", "trainjob", trainjob, "-n", "team-a")["spec"]["trainer"])
+    assert "'argv': ['--steps', '5', '--seed', '0', '--features', '16']" in trainer, trainer
     finished = [(task, "SUCCESS" if "SUCCESS" in ln else "FAILURE") for ln in log.splitlines()
                 if "finished with status" in ln for task in ("make-dataset", "run-trainjob", "evaluate") if task in ln]
     # in order; the evaluation three times: its retry policy (2 retries, 10 s backoff) is honoured
@@ -440,165 +396,13 @@ def _delete_trainjobs(cluster, namespace: str) -> None:
      "run_trainjob: runtime 'nope' does not exist in namespace team-a or cluster-wide (runtimes: no-output, torch-distributed)"),
     ("team-b", {}, "run_trainjob: namespace team-b: this step may not read TrainingRuntimes there (403 "),
     ("team-a", {"timeout_seconds": 12}, " did not finish within 12s (status Created)"),
-    ("team-a", {"runtime": "no-output"}, "run_trainjob: runtime no-output mounts no output volume, so a checkpoint "
-                                         "would not outlive the pods: turn on runtimes.defaults.output.enabled"),
+    ("team-a", {"runtime": "no-output"}, ("run_trainjob: runtime no-output mounts no output volume, so a checkpoint "
+                                         "would not outlive the pods: turn on runtimes.defaults.output.enabled")),
 ])
 def test_on_the_api_server_bad_input_is_one_line(apiserver, tmp_path, capsys, namespace, inputs, expected):
-    message = _step_fails(capsys, apiserver["sa_kubeconfig"], tmp_path, namespace=namespace, script="print(1)",
+    message = step_fails(capsys, apiserver["sa_kubeconfig"], tmp_path, namespace=namespace, script="print(1)",
                           **inputs)
     assert expected in message, message
-
-
-# ---- on a cluster ---------------------------------------------------------------------------------
-
-KUBECONFIG_ENV = "TRAINSTACK_PIPELINE_KUBECONFIG"
-
-
-@pytest.fixture(scope="module")
-def cluster() -> dict:
-    """The cluster the lead's run names: TRAINSTACK_PIPELINE_KUBECONFIG, _NAMESPACE (default
-    trainstack-pipeline) and _NODES (real: pods really run; kwok: they are simulated)."""
-    kubeconfig = os.environ.get(KUBECONFIG_ENV)
-    if not kubeconfig:
-        pytest.skip(f"no cluster: set {KUBECONFIG_ENV} to a kubeconfig (e.g. the one 'trainstack e2e --keep' prints)")
-    nodes = os.environ.get("TRAINSTACK_PIPELINE_NODES", "kwok")
-    if nodes not in ("real", "kwok"):
-        pytest.fail(f"TRAINSTACK_PIPELINE_NODES must be real or kwok, not {nodes!r}")
-    from trainstack import tools
-
-    kubectl = tools.find("kubectl")
-    if kubectl is None:
-        pytest.fail("kubectl is not installed: run 'make setup'")
-    info = {"kubeconfig": str(Path(kubeconfig).resolve()), "kubectl": str(kubectl), "nodes": nodes,
-            "namespace": os.environ.get("TRAINSTACK_PIPELINE_NAMESPACE", "trainstack-pipeline")}
-    _kubectl(info, "create", "namespace", info["namespace"], check=False)
-    return info
-
-
-def _kubectl(cluster: dict, *args: str, input_text: str | None = None, check: bool = True,
-             kubeconfig: str | None = None) -> subprocess.CompletedProcess:
-    result = subprocess.run([cluster["kubectl"], *args], capture_output=True, text=True, input=input_text,
-                            timeout=120, check=False,
-                            env={**os.environ, "KUBECONFIG": kubeconfig or cluster["kubeconfig"]})
-    if check:
-        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
-    return result
-
-
-def _trainjob(cluster: dict, name: str) -> dict:
-    return json.loads(_kubectl(cluster, "get", "trainjob", name, "-n", cluster["namespace"], "-o", "json").stdout)
-
-
-def _condition(trainjob: dict, kind: str) -> dict:
-    return next((c for c in trainjob.get("status", {}).get("conditions", []) if c["type"] == kind), {})
-
-
-def _step_inputs(cluster: dict, **inputs) -> dict:
-    """On KWOK no container runs, so there is no log to stream and nothing is written to a volume."""
-    defaults = {"script": tp.TRAIN_SCRIPT.read_text(), "script_args": ["--steps", "20"], "timeout_seconds": 600}
-    if cluster["nodes"] == "kwok":
-        defaults.update(stream_logs=False, require_output_volume=False)
-    return {**defaults, **inputs}
-
-
-@pytest.mark.e2e
-def test_the_training_step_submits_waits_and_outputs_the_trainjob(cluster, tmp_path):
-    """Real nodes: two pods train. KWOK: the control flow (submit, wait for Complete, outputs) only."""
-    out = tp.run_training_step(cluster["kubeconfig"], cluster["namespace"], workdir=tmp_path,
-                               **_step_inputs(cluster))
-    job = _trainjob(cluster, out["trainjob"])
-    assert _condition(job, "Complete").get("status") == "True", job.get("status")
-    assert job["spec"]["trainer"]["numNodes"] == 2 and job["spec"]["runtimeRef"]["name"] == "torch-distributed"
-    if cluster["nodes"] == "real":
-        assert out["output_claim"] and out["output_mount_path"] == "/workspace/output", out
-
-
-@pytest.mark.e2e
-def test_a_failing_trainjob_fails_the_step_with_its_reason(cluster, tmp_path, capsys):
-    inputs = _step_inputs(cluster, script="import sys\nsys.exit(3)\n", script_args=[], num_nodes=1)
-    if cluster["nodes"] == "kwok":  # KWOK fails the pods of a runtime labelled so (as the e2e suite does)
-        from trainstack.cluster.local import FAIL_LABEL
-
-        runtime = json.loads(_kubectl(cluster, "get", "clustertrainingruntime", "torch-distributed", "-o",
-                                      "json").stdout)
-        for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
-            job["template"]["spec"]["backoffLimit"] = 0
-            job["template"]["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {})[FAIL_LABEL] = "true"
-        labels = {k: v for k, v in runtime["metadata"]["labels"].items() if k == "trainer.kubeflow.org/framework"}
-        failing = {"apiVersion": runtime["apiVersion"], "kind": "TrainingRuntime", "spec": runtime["spec"],
-                   "metadata": {"name": "pipeline-fail-fast", "namespace": cluster["namespace"], "labels": labels}}
-        _kubectl(cluster, "apply", "-f", "-", input_text=json.dumps(failing))
-        inputs["runtime"] = "pipeline-fail-fast"
-    message = _step_fails(capsys, Path(cluster["kubeconfig"]), tmp_path, namespace=cluster["namespace"], **inputs)
-    assert message.startswith(f"TrainJob {cluster['namespace']}/") and " failed: " in message, message
-    name = message.split()[1].split("/")[1]
-    failed = _condition(_trainjob(cluster, name), "Failed")
-    assert failed.get("status") == "True" and failed.get("reason") and failed["reason"] in message, (failed, message)
-
-
-@pytest.mark.e2e
-def test_an_unknown_runtime_is_one_line_naming_the_runtimes(cluster, tmp_path, capsys):
-    message = _step_fails(capsys, Path(cluster["kubeconfig"]), tmp_path, namespace=cluster["namespace"],
-                          **_step_inputs(cluster, runtime="no-such-runtime"))
-    assert message.startswith(f"run_trainjob: runtime 'no-such-runtime' does not exist in namespace "
-                              f"{cluster['namespace']} or cluster-wide (runtimes: "), message
-    assert "torch-distributed" in message
-
-
-def _service_account_kubeconfig(cluster: dict, namespace: str, path: Path) -> Path:
-    """A kubeconfig for the pipeline ServiceAccount: the cluster's server and CA, a fresh token."""
-    config = yaml.safe_load(_kubectl(cluster, "config", "view", "--raw", "--minify", "--flatten").stdout)
-    token = _kubectl(cluster, "create", "token", "trainstack-pipeline", "-n", namespace,
-                     "--duration", "1h").stdout.strip()
-    config["users"] = [{"name": "pipeline", "user": {"token": token}}]
-    config["contexts"][0]["context"]["user"] = "pipeline"
-    path.write_text(yaml.safe_dump(config))
-    return path
-
-
-@pytest.mark.e2e
-def test_the_step_works_as_the_pipeline_service_account_and_nothing_more(cluster, tmp_path, capsys):
-    ns = cluster["namespace"]
-    _kubectl(cluster, "apply", "-f", "-", input_text=yaml.safe_dump_all(tp.rbac_manifests(ns, steps=("train",))))
-    kubeconfig = _service_account_kubeconfig(cluster, ns, tmp_path / "sa.kubeconfig")
-
-    out = tp.run_training_step(kubeconfig, ns, workdir=tmp_path / "ok", **_step_inputs(cluster))
-    assert _condition(_trainjob(cluster, out["trainjob"]), "Complete").get("status") == "True"
-
-    def can(*args: str) -> bool:
-        return _kubectl(cluster, "auth", "can-i", *args, check=False, kubeconfig=str(kubeconfig)).stdout.strip() == "yes"
-
-    assert can("create", "trainjobs.trainer.kubeflow.org", "-n", ns)
-    assert can("get", "pods/log", "-n", ns) and can("list", "events", "-n", ns)
-    assert can("list", "clustertrainingruntimes.trainer.kubeflow.org")
-    for verb, resource in (("delete", "trainjobs.trainer.kubeflow.org"), ("update", "trainjobs.trainer.kubeflow.org"),
-                           ("create", "pods"), ("create", "trainingruntimes.trainer.kubeflow.org"),
-                           ("get", "secrets"), ("create", "pods/exec")):
-        assert not can(verb, resource, "-n", ns), (verb, resource)
-    assert not can("patch", "clustertrainingruntimes.trainer.kubeflow.org")
-    assert not can("create", "trainjobs.trainer.kubeflow.org", "-n", "default")
-
-    # a namespace the step may not use: one line, before anything is created
-    message = _step_fails(capsys, kubeconfig, tmp_path / "other", namespace="default", **_step_inputs(cluster))
-    assert message.startswith("run_trainjob: namespace default: this step may not read TrainingRuntimes there (403 "), message
-
-
-@pytest.mark.e2e
-def test_the_pipeline_trains_on_real_pods_and_evaluates_the_real_checkpoint(cluster, tmp_path):
-    if cluster["nodes"] != "real":
-        pytest.skip("KWOK pods do not run: no checkpoint exists to evaluate (the training step's control flow "
-                    "is what the other e2e tests check there)")
-    ns = cluster["namespace"]
-    _kubectl(cluster, "apply", "-f", "-", input_text=yaml.safe_dump_all(tp.rbac_manifests(ns)))
-    kubeconfig = _service_account_kubeconfig(cluster, ns, tmp_path / "sa.kubeconfig")
-    result = tp.run_local(kubeconfig, ns, workdir=tmp_path / "run", steps=40, timeout_seconds=900)
-    job = _trainjob(cluster, result["trainjob"])
-    assert _condition(job, "Complete").get("status") == "True"
-    assert result["metrics"]["checkpoint_step"] == 40 and result["metrics"]["world_size"] == 2, result
-    # the same evaluation of a model trained one step here is the bar the real training must beat
-    [baseline] = _score(kubeconfig, tmp_path / "baseline", _train_locally(1, tmp_path / "one-step"))
-    assert math.isfinite(result["final_loss"]) and result["final_loss"] < baseline["final_loss"], (result, baseline)
-    print(json.dumps({"pipeline_seconds": result["seconds"], "final_loss": result["final_loss"]}))
 
 
 def teardown_module() -> None:

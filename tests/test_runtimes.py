@@ -244,3 +244,16 @@ def test_example_trainjobs_pass_prod_validation_and_policies(chart_ready):
     result = run_cli("validate", "--env", "prod", "--policies", "--output", "json", *files)
     report = json.loads(result.stdout)
     assert result.returncode == 0, [f for f in report["findings"] if f["severity"] == "error"][:3]
+
+
+def test_an_unknown_image_reference_fails_the_render_naming_file_container_and_key(chart_ready):
+    """`@key` in a container's image or an env value must name a key under `images`; before, a
+    missing env key rendered `%!s(<nil>)/…` and helm exited 0."""
+    env = helm_template("--set", "dataCache.enabled=true", "--set", "images.data-cache=null", check=False)
+    assert env.returncode != 0
+    assert ('runtimes/torch-distributed-with-cache.yaml: container dataset-initializer, env CACHE_IMAGE uses image '
+            'key "@data-cache", which is not under images in values') in env.stderr, env.stderr
+    image = helm_template("--set", "images.torch=null", check=False)
+    assert image.returncode != 0
+    assert 'container node uses image key "@torch", which is not under images in values' in image.stderr, image.stderr
+    assert "%!s(<nil>)" not in env.stdout + image.stdout

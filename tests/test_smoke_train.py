@@ -101,8 +101,13 @@ def test_version_specifiers():
     assert not trainenv.satisfies("2.4.1", ">=2.5")
     assert trainenv.satisfies("0.5.0", ">=0.5.0,<1")
     assert not trainenv.satisfies("1.0", ">=0.5.0,<1")
+    assert trainenv.satisfies("2.15.0+cu132", "==2.15.0")  # PEP 440: a local label matches its release
+    assert trainenv.satisfies("1.4", "~=1.0") and not trainenv.satisfies("2.0", "~=1.0")
+    assert not trainenv.satisfies("2.6.0rc1", ">=2.6")  # a pre-release is below its release
     with pytest.raises(UserError, match="unsupported version specifier"):
-        trainenv.satisfies("1.0", "~=1.0")
+        trainenv.satisfies("1.0", "=>1.0")
+    with pytest.raises(UserError, match="cannot read version"):
+        trainenv.satisfies("not-a-version", ">=1")
 
 
 def test_missing_torch_is_one_clear_line(tmp_path):

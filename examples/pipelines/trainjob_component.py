@@ -83,6 +83,7 @@ def run_trainjob(
         directory; train_ddp.py writes checkpoint.pt there).
     """
     import json
+    import re
     import sys
     import time
     from collections import namedtuple
@@ -124,7 +125,12 @@ def run_trainjob(
         fail(f"run_trainjob: timeout_seconds must be at least 10, got {timeout_seconds}")
     if bool(script) == bool(command):
         fail("run_trainjob: give exactly one of script (a Python training script's text) and command")
-    special = [c for c in ("$", "`", "\\") if c in script or any(c in str(a) for a in script_args)]
+    # An int pipeline parameter placed in script_args reaches the step as "40.0" under kfp.local
+    # (numbers travel as floats), which argparse's type=int refuses: a whole number written N.0
+    # becomes N (the same number to a float argument).
+    argv = [a[:-2] if re.fullmatch(r"-?\d+\.0", a) else a
+            for a in (str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in script_args)]
+    special = [c for c in ("$", "`", "\\") if c in script or any(c in a for a in argv)]
     if special:
         fail(f"run_trainjob: script and script_args must not contain {' '.join(special)} (the Kubeflow SDK "
              "ships them in a shell here-document, which would change them)")
@@ -203,7 +209,7 @@ def run_trainjob(
 
     options = [Labels({"kueue.x-k8s.io/queue-name": queue})] if queue else []
     if script:
-        trainer = CustomTrainer(func=run_script, func_args={"source": script, "argv": [str(a) for a in script_args]},
+        trainer = CustomTrainer(func=run_script, func_args={"source": script, "argv": argv},
                                 num_nodes=num_nodes, resources_per_node=resources or None, image=image or None,
                                 env={str(k): str(v) for k, v in env.items()} or None)
     else:

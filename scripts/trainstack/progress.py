@@ -7,7 +7,6 @@ the same calls print one plain line per step, so logs stay readable.
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from collections.abc import Iterator, Sequence
 
@@ -43,6 +42,3 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], 
         out.add_row(*[str(cell) for cell in row])
     (console if to_stderr else stdout).print(out)
 
-
-def is_ci() -> bool:
-    return not sys.stderr.isatty()

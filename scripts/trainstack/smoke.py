@@ -124,12 +124,6 @@ def pet_env(trainjob: str, num_nodes: int, node_rank: int, resources: dict | Non
 
 # ---- running the nodes ----------------------------------------------------------------------------
 
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind((LOCAL_MASTER_ADDR, 0))
-        return sock.getsockname()[1]
-
-
 def _unshare_argv() -> list[str] | None:
     """The command prefix that runs a process in a new network namespace, or None if not allowed here."""
     binary = shutil.which("unshare")
@@ -354,6 +348,8 @@ def run_smoke(args: argparse.Namespace) -> dict:
     unshare = None if args.network == "host" else _unshare_argv()
     if args.network == "namespace" and unshare is None:
         raise UserError("--network namespace: 'unshare --net' is not permitted here", "use --network host")
+    from .cluster.local import free_port
+
     port = free_port()
     workdir, made = _workdir(args.workdir)
     output_dir = workdir / "output"

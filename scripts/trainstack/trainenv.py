@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.version import InvalidVersion, Version
+
 from . import lock as lockmod
 from . import paths, progress
 from .errors import UserError
@@ -58,27 +61,20 @@ def pins(loaded: lockmod.Lock | None = None) -> dict[str, str]:
 
 # ---- versions -------------------------------------------------------------------------------------
 
-def _release(version: str) -> tuple[int, ...]:
-    match = re.match(r"\d+(\.\d+)*", version.strip())
-    if not match:
-        raise UserError(f"cannot read version {version!r}")
-    return tuple(int(p) for p in match.group(0).split("."))
+def _version(text: str) -> Version:
+    try:
+        return Version(text.strip())
+    except InvalidVersion:
+        raise UserError(f"cannot read version {text!r}") from None
 
 
 def satisfies(version: str, specifier: str) -> bool:
-    """Whether `version` (e.g. '2.15.0+cu132') meets `specifier` (e.g. '>=2.5' or '>=0.5.0,<1')."""
-    have = _release(version)
-    for clause in filter(None, (c.strip() for c in specifier.split(","))):
-        match = re.fullmatch(r"(>=|<=|==|!=|>|<)\s*([0-9][0-9.]*)", clause)
-        if not match:
-            raise UserError(f"unsupported version specifier {clause!r} (use >=, <=, ==, !=, >, <)")
-        op, want = match.group(1), _release(match.group(2))
-        width = max(len(have), len(want))
-        a, b = have + (0,) * (width - len(have)), want + (0,) * (width - len(want))
-        ok = {">=": a >= b, "<=": a <= b, "==": a == b, "!=": a != b, ">": a > b, "<": a < b}[op]
-        if not ok:
-            return False
-    return True
+    """Whether `version` (e.g. '2.15.0+cu132') meets `specifier` (e.g. '>=2.5' or '>=0.5.0,<1'), by PEP 440."""
+    try:
+        wanted = SpecifierSet(specifier)
+    except InvalidSpecifier:
+        raise UserError(f"unsupported version specifier {specifier!r} (PEP 440, e.g. '>=2.5,<3')") from None
+    return wanted.contains(_version(version), prereleases=True)
 
 
 def installed_version(package: str) -> str | None:
@@ -127,14 +123,14 @@ def cpu_requirements(requirements: list[str]) -> list[str]:
 def _cached_wheel(package: str, specifier: str) -> Path | None:
     """The newest cached wheel of `package` for this interpreter that meets `specifier`."""
     tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
-    best: tuple[tuple[int, ...], Path] | None = None
+    best: tuple[Version, Path] | None = None
     for wheel in wheel_dir().glob(f"{package}-*.whl"):
         parts = wheel.name.split("-")
         if len(parts) < 5 or parts[2] != tag:
             continue
         version = parts[1].replace("%2B", "+")
-        if satisfies(version, specifier) and (best is None or _release(version) > best[0]):
-            best = (_release(version), wheel)
+        if satisfies(version, specifier) and (best is None or _version(version) > best[0]):
+            best = (_version(version), wheel)
     return best[1] if best else None
 
 

@@ -58,3 +58,25 @@ def platform() -> Iterator[suitemod.Suite]:
     finally:
         provider.down(keep=False)
         shutil.rmtree(run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def real_platform() -> Iterator[suitemod.Suite]:
+    """The chart installed as `make e2e` installs it on a real node only (kubelet + containerd:
+    containers run), with monitoring on (its metrics Services, scraper ServiceAccount and token),
+    for the tests that need pods that really run: the pipeline, the live metrics scrape."""
+    need_binaries(*BINARIES, "helm")
+    run_dir = paths.cache_dir() / "e2e" / f"pytest-real-{os.getpid()}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    provider = LocalProvider(run_dir, nodes="real")
+    monitoring = run_dir / "values-monitoring.yaml"
+    monitoring.write_text("monitoring: {enabled: true}\n")
+    node_values = provider.values_files
+    provider.values_files = lambda: [*node_values(), monitoring]  # type: ignore[method-assign]
+    suite = suitemod.Suite(provider, "dev", run_dir)
+    try:
+        yield run_first_steps(suite)
+    finally:
+        provider.down(keep=False)
+        shutil.rmtree(run_dir, ignore_errors=True)

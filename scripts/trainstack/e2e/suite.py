@@ -669,11 +669,6 @@ class Suite:
             phases[phase] = phases.get(phase, 0) + 1
         return ", ".join(f"{n} pod(s) {p}" for p, n in phases.items())
 
-    def _objects(self, kind: str, name: str) -> list[dict[str, Any]]:
-        return self.kube.kubectl_json("get", kind, "-n", SMOKE_NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")[
-            "items"
-        ]
-
     def check_jobsets(self) -> str:
         jobsets = {j["metadata"]["name"]: j for j in self.kube.kubectl_json("get", "jobsets", "-n", SMOKE_NS)["items"]}
         jobs = self.kube.kubectl_json("get", "jobs", "-n", SMOKE_NS)["items"]

@@ -416,7 +416,3 @@ def _first_line(text: str) -> str:
 
 def uses_old_self(expression: str) -> bool:
     return re.search(r"\boldSelf\b", expression) is not None
-
-
-def is_marker(value: Any) -> bool:
-    return isinstance(value, dict) and any(k in value for k in (_Q, _URL, _IP, _CIDR, _FMT))

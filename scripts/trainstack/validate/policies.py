@@ -69,10 +69,6 @@ def _finding(doc: _Doc, rule: str, severity: str, message: str, path: str = "") 
                    severity, message, path)
 
 
-def _group_version(api_version: str) -> tuple[str, str]:
-    return tuple(api_version.split("/", 1)) if "/" in api_version else ("", api_version)  # type: ignore[return-value]
-
-
 def _rule_matches(rule: dict, group: str, version: str, plural: str, namespaced: bool, name: str) -> bool:
     def has(values: Any, value: str) -> bool:
         return isinstance(values, list) and ("*" in values or value in values)

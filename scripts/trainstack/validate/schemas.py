@@ -184,12 +184,6 @@ class Catalog:
     def lookup(self, api_version: str, kind: str) -> KindInfo | None:
         return self.kinds.get(f"{api_version}/{kind}")
 
-    def by_resource(self, group: str, version: str, plural: str) -> KindInfo | None:
-        for info in self.kinds.values():
-            if info.group == group and info.version == version and info.plural == plural:
-                return info
-        return None
-
     # -- schemas ---------------------------------------------------------------------------
     def json_schema(self, key: str) -> dict:
         """The standalone draft 2020-12 schema of a kind (what kubeconform gets too)."""

@@ -1,0 +1,229 @@
+"""The platform with pods that really run (a real node, kubelet + containerd), installed as
+`make e2e` installs it with monitoring on:
+
+- the example pipeline's training step submits a TrainJob, waits, streams rank 0's log and reports
+  a failure with its reason; it works as the pipeline ServiceAccount and is refused beyond it; the
+  whole pipeline (data, training on two real pods, evaluation of the real checkpoint) runs with
+  kfp.local;
+- then, after those TrainJobs called the admission webhooks, the controllers' real /metrics are
+  scraped through the chart's metrics Services, the way Prometheus reaches them, with the chart's
+  scraper token: every metric name the shipped alerts and dashboard use is served.
+"""
+
+# No `from __future__ import annotations`: kfp reads the pipelines' real annotations.
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from pipeline_support import score, step_fails, tp, train_locally
+from trainstack import monitoring, tools
+from trainstack.e2e import suite as suitemod
+
+pytestmark = pytest.mark.e2e
+
+KUBECONFIG_ENV = "TRAINSTACK_PIPELINE_KUBECONFIG"
+
+
+@pytest.fixture(scope="module")
+def cluster(request) -> dict:
+    """The real-node platform (pods really run), or the cluster TRAINSTACK_PIPELINE_KUBECONFIG names
+    (e.g. one kept with `trainstack e2e --keep`), with _NAMESPACE (default trainstack-pipeline) and
+    _NODES (real, or kwok: pods are simulated and only the step's control flow is tested)."""
+    kubeconfig = os.environ.get(KUBECONFIG_ENV)
+    nodes = os.environ.get("TRAINSTACK_PIPELINE_NODES", "kwok") if kubeconfig else "real"
+    if nodes not in ("real", "kwok"):
+        pytest.fail(f"TRAINSTACK_PIPELINE_NODES must be real or kwok, not {nodes!r}")
+    if not kubeconfig:
+        kubeconfig = str(request.getfixturevalue("real_platform").provider.kubeconfig)
+    kubectl = tools.find("kubectl")
+    if kubectl is None:
+        pytest.fail("kubectl is not installed: run 'make setup'")
+    info = {"kubeconfig": str(Path(kubeconfig).resolve()), "kubectl": str(kubectl), "nodes": nodes,
+            "namespace": os.environ.get("TRAINSTACK_PIPELINE_NAMESPACE", "trainstack-pipeline")}
+    _kubectl(info, "create", "namespace", info["namespace"], check=False)
+    return info
+
+
+def _kubectl(cluster: dict, *args: str, input_text: str | None = None, check: bool = True,
+             kubeconfig: str | None = None) -> subprocess.CompletedProcess:
+    result = subprocess.run([cluster["kubectl"], *args], capture_output=True, text=True, input=input_text,
+                            timeout=120, check=False,
+                            env={**os.environ, "KUBECONFIG": kubeconfig or cluster["kubeconfig"]})
+    if check:
+        assert result.returncode == 0, f"kubectl {' '.join(args)}: {result.stderr}"
+    return result
+
+
+def _trainjob(cluster: dict, name: str) -> dict:
+    return json.loads(_kubectl(cluster, "get", "trainjob", name, "-n", cluster["namespace"], "-o", "json").stdout)
+
+
+def _condition(trainjob: dict, kind: str) -> dict:
+    return next((c for c in trainjob.get("status", {}).get("conditions", []) if c["type"] == kind), {})
+
+
+def _step_inputs(cluster: dict, **inputs) -> dict:
+    """On KWOK no container runs, so there is no log to stream and nothing is written to a volume."""
+    defaults = {"script": tp.TRAIN_SCRIPT.read_text(), "script_args": ["--steps", "20"], "timeout_seconds": 600}
+    if cluster["nodes"] == "kwok":
+        defaults.update(stream_logs=False, require_output_volume=False)
+    return {**defaults, **inputs}
+
+
+def test_the_training_step_submits_waits_and_outputs_the_trainjob(cluster, tmp_path):
+    """Real nodes: two pods train. KWOK: the control flow (submit, wait for Complete, outputs) only."""
+    out = tp.run_training_step(cluster["kubeconfig"], cluster["namespace"], workdir=tmp_path,
+                               **_step_inputs(cluster))
+    job = _trainjob(cluster, out["trainjob"])
+    assert _condition(job, "Complete").get("status") == "True", job.get("status")
+    assert job["spec"]["trainer"]["numNodes"] == 2 and job["spec"]["runtimeRef"]["name"] == "torch-distributed"
+    if cluster["nodes"] == "real":
+        assert out["output_claim"] and out["output_mount_path"] == "/workspace/output", out
+
+
+def test_a_failing_trainjob_fails_the_step_with_its_reason(cluster, tmp_path, capsys):
+    inputs = _step_inputs(cluster, script="import sys\nsys.exit(3)\n", script_args=[], num_nodes=1)
+    # A namespaced copy of the golden runtime without Job retries (the golden one retries 6 times,
+    # minutes of CrashLoopBackOff); on KWOK, labelled so that KWOK fails its pods, as the e2e suite does.
+    from trainstack.cluster.local import FAIL_LABEL
+
+    runtime = json.loads(_kubectl(cluster, "get", "clustertrainingruntime", "torch-distributed", "-o", "json").stdout)
+    for job in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
+        job["template"]["spec"]["backoffLimit"] = 0
+        if cluster["nodes"] == "kwok":
+            job["template"]["spec"]["template"].setdefault("metadata", {}).setdefault("labels", {})[FAIL_LABEL] = "true"
+    labels = {k: v for k, v in runtime["metadata"]["labels"].items() if k == "trainer.kubeflow.org/framework"}
+    failing = {"apiVersion": runtime["apiVersion"], "kind": "TrainingRuntime", "spec": runtime["spec"],
+               "metadata": {"name": "pipeline-fail-fast", "namespace": cluster["namespace"], "labels": labels}}
+    _kubectl(cluster, "apply", "-f", "-", input_text=json.dumps(failing))
+    inputs["runtime"] = "pipeline-fail-fast"
+    message = step_fails(capsys, Path(cluster["kubeconfig"]), tmp_path, namespace=cluster["namespace"], **inputs)
+    assert message.startswith(f"TrainJob {cluster['namespace']}/") and " failed: " in message, message
+    name = message.split()[1].split("/")[1]
+    failed = _condition(_trainjob(cluster, name), "Failed")
+    assert failed.get("status") == "True" and failed.get("reason") and failed["reason"] in message, (failed, message)
+
+
+def test_an_unknown_runtime_is_one_line_naming_the_runtimes(cluster, tmp_path, capsys):
+    message = step_fails(capsys, Path(cluster["kubeconfig"]), tmp_path, namespace=cluster["namespace"],
+                          **_step_inputs(cluster, runtime="no-such-runtime"))
+    assert message.startswith(f"run_trainjob: runtime 'no-such-runtime' does not exist in namespace "
+                              f"{cluster['namespace']} or cluster-wide (runtimes: "), message
+    assert "torch-distributed" in message
+
+
+def _service_account_kubeconfig(cluster: dict, namespace: str, path: Path) -> Path:
+    """A kubeconfig for the pipeline ServiceAccount: the cluster's server and CA, a fresh token."""
+    config = yaml.safe_load(_kubectl(cluster, "config", "view", "--raw", "--minify", "--flatten").stdout)
+    token = _kubectl(cluster, "create", "token", "trainstack-pipeline", "-n", namespace,
+                     "--duration", "1h").stdout.strip()
+    config["users"] = [{"name": "pipeline", "user": {"token": token}}]
+    config["contexts"][0]["context"]["user"] = "pipeline"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_the_step_works_as_the_pipeline_service_account_and_nothing_more(cluster, tmp_path, capsys):
+    ns = cluster["namespace"]
+    _kubectl(cluster, "apply", "-f", "-", input_text=yaml.safe_dump_all(tp.rbac_manifests(ns, steps=("train",))))
+    kubeconfig = _service_account_kubeconfig(cluster, ns, tmp_path / "sa.kubeconfig")
+
+    out = tp.run_training_step(kubeconfig, ns, workdir=tmp_path / "ok", **_step_inputs(cluster))
+    assert _condition(_trainjob(cluster, out["trainjob"]), "Complete").get("status") == "True"
+
+    def can(*args: str) -> bool:
+        return _kubectl(cluster, "auth", "can-i", *args, check=False, kubeconfig=str(kubeconfig)).stdout.strip() == "yes"
+
+    assert can("create", "trainjobs.trainer.kubeflow.org", "-n", ns)
+    # `kubectl auth can-i get pods/log` would ask about a pod named "log": subresources take a flag
+    assert can("get", "pods", "--subresource=log", "-n", ns) and can("list", "events", "-n", ns)
+    assert can("list", "clustertrainingruntimes.trainer.kubeflow.org")
+    for verb, resource in (("delete", "trainjobs.trainer.kubeflow.org"), ("update", "trainjobs.trainer.kubeflow.org"),
+                           ("create", "pods"), ("create", "trainingruntimes.trainer.kubeflow.org"),
+                           ("get", "secrets"), ("create", "pods --subresource=exec")):
+        assert not can(verb, *resource.split(), "-n", ns), (verb, resource)
+    assert not can("patch", "clustertrainingruntimes.trainer.kubeflow.org")
+    assert not can("create", "trainjobs.trainer.kubeflow.org", "-n", "default")
+
+    # a namespace the step may not use: one line, before anything is created
+    message = step_fails(capsys, kubeconfig, tmp_path / "other", namespace="default", **_step_inputs(cluster))
+    assert message.startswith("run_trainjob: namespace default: this step may not read TrainingRuntimes there (403 "), message
+
+
+def test_the_pipeline_trains_on_real_pods_and_evaluates_the_real_checkpoint(cluster, tmp_path):
+    if cluster["nodes"] != "real":
+        pytest.skip("KWOK pods do not run: no checkpoint exists to evaluate (the training step's control flow "
+                    "is what the other e2e tests check there)")
+    ns = cluster["namespace"]
+    _kubectl(cluster, "apply", "-f", "-", input_text=yaml.safe_dump_all(tp.rbac_manifests(ns)))
+    kubeconfig = _service_account_kubeconfig(cluster, ns, tmp_path / "sa.kubeconfig")
+    result = tp.run_local(kubeconfig, ns, workdir=tmp_path / "run", steps=40, timeout_seconds=900)
+    job = _trainjob(cluster, result["trainjob"])
+    assert _condition(job, "Complete").get("status") == "True"
+    assert result["metrics"]["checkpoint_step"] == 40 and result["metrics"]["world_size"] == 2, result
+    # the same evaluation of a model trained one step here is the bar the real training must beat
+    [baseline] = score(kubeconfig, tmp_path / "baseline", train_locally(1, tmp_path / "one-step"))
+    assert math.isfinite(result["final_loss"]) and result["final_loss"] < baseline["final_loss"], (result, baseline)
+    print(json.dumps({"pipeline_seconds": result["seconds"], "final_loss": result["final_loss"]}))
+
+
+
+
+# ---- the controllers' real /metrics, scraped the way Prometheus does ---------------------------------
+
+SCRAPE = "import sys; from trainstack import monitoring; sys.stdout.write(monitoring.scrape(sys.argv[1], sys.argv[2] or None))"
+
+
+def _scrape_in_cluster(platform: suitemod.Suite, url: str, token: str) -> tuple[int, str]:
+    """GET url from inside the cluster's network namespace (where Service addresses route, as from
+    a Prometheus pod); (0, text) on success, else (1, the one-line error)."""
+    enter = platform.provider.cluster.sandbox.enter_net()
+    result = subprocess.run([*enter, sys.executable, "-c", SCRAPE, url, token], capture_output=True, text=True,
+                            timeout=60, check=False)
+    return result.returncode, result.stdout if result.returncode == 0 else result.stderr.strip().splitlines()[-1]
+
+
+def test_the_controllers_metrics_services_serve_every_name_the_alerts_and_dashboard_use(cluster, real_platform):
+    """Runs after the pipeline tests: their TrainJobs called the Trainer and JobSet webhooks, so the
+    webhook latency histograms exist; a metric a rule names that is not served would never fire."""
+    ns = suitemod.NAMESPACE
+    kube = {"kubeconfig": cluster["kubeconfig"], "kubectl": cluster["kubectl"]}
+    secret = json.loads(_kubectl(kube, "get", "secret", "trainstack-metrics-scraper-token", "-n", ns, "-o",
+                                 "json").stdout)
+    import base64
+
+    token = base64.b64decode(secret["data"]["token"]).decode()
+    texts = {}
+    for controller in ("trainer", "jobset"):
+        service = json.loads(_kubectl(kube, "get", "service", f"trainstack-{controller}-metrics", "-n", ns, "-o",
+                                      "json").stdout)
+        slices = json.loads(_kubectl(kube, "get", "endpointslices", "-n", ns, "-l",
+                                     f"kubernetes.io/service-name=trainstack-{controller}-metrics", "-o",
+                                     "json").stdout)["items"]
+        ready = [e for s in slices for e in s.get("endpoints") or [] if e.get("conditions", {}).get("ready")]
+        assert ready, f"the {controller} metrics Service selects no ready pod"
+        url = f"https://{service['spec']['clusterIP']}:8443/metrics"
+        rc, text = _scrape_in_cluster(real_platform, url, token)
+        assert rc == 0, f"{controller}: {text}"
+        texts[controller] = text
+        if controller == "jobset":  # controller-runtime's authn/authz filter: no token, no metrics
+            rc, refused = _scrape_in_cluster(real_platform, url, "")
+            assert rc != 0 and "401" in refused, refused
+    report = monitoring.verify_scrape(texts)
+    for controller, names in report.items():
+        assert names["present"], f"{controller}: none of the names the rules use were served"
+        assert not names["missing"], f"{controller} does not serve {names['missing']} (used by the rules/dashboard)"
+    print(json.dumps({c: len(r["present"]) for c, r in report.items()}))
+
+
+def teardown_module() -> None:
+    # kfp.local keeps its settings in a process-wide singleton; leave nothing for other tests
+    from kfp.local import config
+
+    config.LocalExecutionConfig.instance = None
