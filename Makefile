@@ -8,7 +8,8 @@ ENV ?= dev
 PROVIDER ?= local
 PYTEST_ARGS ?=
 
-.PHONY: setup venv tools deps render validate test test-fast e2e e2e-data-cache smoke-train bench bench-e2e docs lock-check clean help
+.PHONY: setup venv tools deps render validate test test-fast e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lock-check clean help
+.PHONY: setup-gitops e2e-gitops
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -54,18 +55,30 @@ test-fast: venv ## the tests that need no built tools
 e2e: setup ## smoke TrainJobs end to end (PROVIDER=local|kind|existing|auto, ENV=dev)
 	$(TS) e2e --provider $(PROVIDER) --env $(ENV)
 
+setup-gitops: setup ## make setup + Argo CD (built from its module with the pinned Go toolchain; not in make setup: slow cold build)
+	$(TS) tools install argocd
+
+e2e-gitops: setup-gitops ## the platform synced from git by the real Argo CD on the local cluster's real node
+	$(TS) e2e --provider local --env $(ENV) --gitops
+
 e2e-data-cache: setup ## make e2e with the LWS data cache on
 	$(TS) e2e --provider $(PROVIDER) --env $(ENV) --data-cache
+
+e2e-lifecycle: setup ## upgrade from the last release (helm v4, then v3), rollback, faults (KWOK and real node), backup restore (make test runs it too)
+	$(VENV)/bin/pytest tests/e2e/test_lifecycle.py tests/e2e/test_lifecycle_real.py $(PYTEST_ARGS)
 
 smoke-train: venv ## real torch DDP training smoke (two ranks on this machine)
 	$(TS) smoke install
 	$(TS) smoke train
 
-bench: setup ## benchmarks; results in bench/results/
+bench: setup ## benchmarks (validate, e2e, scale); results in bench/results/
 	$(TS) bench
 
 bench-e2e: setup ## warm time of make e2e (local) -> bench/results/e2e.json
 	$(TS) bench e2e
+
+bench-scale: setup ## 1,000 TrainJobs vs raw JobSets vs raw Jobs on 100 KWOK GPU nodes -> bench/results/scale.{json,png}
+	$(TS) bench scale
 
 clean: ## remove the venv and built chart dependencies (the tool cache stays)
 	rm -rf $(VENV) charts/trainstack/charts charts/trainstack/crds

@@ -141,3 +141,32 @@ def test_rendered_crds_are_those_helm_installs(chart_ready) -> None:
     with_cache = {d["metadata"]["name"] for d in upgrade.rendered_crds(chart, [*values, "--set", "dataCache.enabled=true"])}
     assert with_cache - names == {"leaderworkersets.leaderworkerset.x-k8s.io"}
     assert names <= {d["metadata"]["name"] for d in upgrade.crd_documents(chart)}
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--upgrade-from", "v9.9.9"], "error: unknown git ref 'v9.9.9'"),
+    (["--upgrade-from", "0.1.0", "--nodes", "real"], "error: --upgrade-from runs on KWOK nodes"),
+    (["--upgrade-from", "0.1.0", "--provider", "existing"], "error: --upgrade-from installs the old release"),
+])
+def test_e2e_upgrade_from_bad_input_is_one_line_before_any_cluster(args: list[str], message: str,
+                                                                   tmp_path: Path) -> None:
+    """Refused before a cluster starts or a run folder is made (nothing changed anywhere)."""
+    import os
+    import sys
+
+    env = {**os.environ, "TRAINSTACK_CACHE": str(tmp_path / "cache")}
+    result = subprocess.run([sys.executable, "-m", "trainstack", "e2e", *args], capture_output=True, text=True,
+                            timeout=120, env=env)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(message), result.stderr
+    assert not (tmp_path / "cache" / "e2e").exists()
+
+
+def test_held_trainjobs_are_suspended_and_carry_the_policy_labels(tmp_path: Path) -> None:
+    test = upgrade.UpgradeTest.__new__(upgrade.UpgradeTest)  # no cluster: only the manifest builder
+    test.labels = {"team": "ml"}
+    job = test.trainjob("held", "torch-distributed", 30, suspend=True)
+    assert job["spec"]["suspend"] is True
+    assert job["metadata"]["labels"] == {upgrade.LABEL: "upgrade", "team": "ml"}
+    assert "suspend" not in test.trainjob("run", "torch-distributed")["spec"]

@@ -24,6 +24,8 @@ from .errors import UserError
 PARTS: dict[str, str] = {
     "validate": "trainstack.validate.bench:run",
     "e2e": "trainstack.e2e.bench:run",
+    "scale": "trainstack.e2e.scale:run",
+    "gitops": "trainstack.e2e.gitops:bench",
 }
 
 
@@ -43,7 +45,7 @@ def run_part(name: str, args: argparse.Namespace) -> dict[str, Any]:
         "wall_seconds": round(time.monotonic() - start, 1),
         **result,
     }
-    out = results_dir() / f"{name}.json"
+    out = Path(getattr(args, "results_dir", None) or results_dir()) / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(record, indent=2, sort_keys=True) + "\n")
@@ -60,7 +62,8 @@ def run(args: argparse.Namespace) -> int:
     for name in names:
         record = run_part(name, args)
         rows.append(
-            (name, f"{record['wall_seconds']:.1f}", record.get("summary", ""), str(results_dir() / f"{name}.json"))
+            (name, f"{record['wall_seconds']:.1f}", record.get("summary", ""),
+             str(Path(getattr(args, "results_dir", None) or results_dir()) / f"{name}.json"))
         )
     progress.table("trainstack bench", ["part", "seconds", "result", "file"], rows)
     return 0
@@ -75,4 +78,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="e2e: also time a cold build of the local provider's binaries (tens of minutes)",
     )
+    scale = parser.add_argument_group("scale (TrainJobs vs raw JobSets vs raw Jobs on KWOK nodes)")
+    scale.add_argument("--jobs", type=int, help="workloads per path (default 1000; --quick 100)")
+    scale.add_argument("--nodes", type=int, help="fake GPU nodes of 8 GPUs (default 100; --quick 10)")
+    scale.add_argument("--quick", action="store_true", help="100 workloads on 10 GPU nodes")
+    scale.add_argument("--seed", type=int, help="seed of the workload mix (default 15)")
+    scale.add_argument("--growth", action="store_true", help="also run 100 and 300 workloads first (10, 30 nodes)")
+    scale.add_argument("--tuned", metavar="ENV|FILE",
+                       help="run again with the controller QPS/burst/concurrency of overlays/ENV (or a values file)")
+    parser.add_argument("--results-dir", type=Path, help="write results here (default bench/results)")
     parser.set_defaults(func=run)

@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     tools_p = sub.add_parser("tools", help="install and list the pinned CLIs")
     tools_sub = tools_p.add_subparsers(dest="tools_command", required=True, parser_class=_Parser)
     install_p = tools_sub.add_parser("install", help="build missing tools into the cache (idempotent)")
-    install_p.add_argument("names", nargs="*", help="tools to install (default: all in the lock)")
+    install_p.add_argument("names", nargs="*", help="tools to install (default: all in the lock but those of a setup tier, e.g. argocd: make setup-gitops)")
     install_p.add_argument("--skip-optional", action="store_true", help="skip the upstream controllers (e2e only)")
     list_p = tools_sub.add_parser("list", help="tool, pinned version, path, status")
     list_p.add_argument("--output", choices=["text", "json"], default="text")

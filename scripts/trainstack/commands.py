@@ -17,8 +17,10 @@ MODULES: list[str] = [
     "trainstack.status",
     "trainstack.monitoring",
     "trainstack.release",
+    "trainstack.publish",
     "trainstack.convert.command",
     "trainstack.migrate",
+    "trainstack.backup",
 ]
 
 

@@ -34,13 +34,32 @@ class Tool:
     staging_replace: bool = False
     optional: bool = False
     tags: tuple[str, ...] = ()  # Go build tags
+    # A newer Go than the machine's, fetched through the module proxy (GOTOOLCHAIN=goX.Y.Z).
+    go_toolchain: str = ""
+    # Copy the module's own version replaces (not its local-path ones) into the wrapper module.
+    copy_replaces: bool = False
+    # Extra module requirements of the wrapper (modules a local-path replace points at upstream).
+    requires: tuple[tuple[str, str], ...] = ()
+    # A setup tier of its own (e.g. gitops: `make setup-gitops`): `tools install` without names skips it.
+    tier: str = ""
 
     @property
     def minor(self) -> str:
         return self.version.lstrip("v").split(".")[1]
 
-    def expanded_ldflags(self) -> str:
-        return self.ldflags.replace("{version}", self.version).replace("{minor}", self.minor)
+    def expanded_ldflags(self, go_mod: str = "") -> str:
+        """The ldflags with {version}, {semver} (no leading v) and {minor} (of this tool), and {k8sMajor}/{k8sMinor}: the
+        Kubernetes version of the k8s.io/client-go that `go_mod` (the module's go.mod) requires,
+        computed as upstream release builds do (helm's Makefile: client-go v0.X.Y is Kubernetes 1.X)."""
+        flags = self.ldflags.replace("{version}", self.version).replace("{minor}", self.minor)
+        flags = flags.replace("{semver}", self.version.lstrip("v"))  # the version without its leading v
+        if "{k8sMajor}" in flags or "{k8sMinor}" in flags:
+            found = re.search(r"^\s*k8s\.io/client-go\s+v(\d+)\.(\d+)\.", go_mod, re.M)
+            if not found:
+                raise ValueError(f"{self.name}: ldflags use the Kubernetes version, but {self.module}@{self.version}'s "
+                                 "go.mod requires no k8s.io/client-go")
+            flags = flags.replace("{k8sMajor}", str(int(found.group(1)) + 1)).replace("{k8sMinor}", found.group(2))
+        return flags
 
 
 @dataclass(frozen=True)
@@ -123,6 +142,10 @@ class Lock:
             staging_replace=bool(entry.get("stagingReplace", False)),
             optional=bool(entry.get("optional", False)),
             tags=tuple(str(tag) for tag in entry.get("tags", ())),
+            go_toolchain=str(entry.get("goToolchain", "")),
+            copy_replaces=bool(entry.get("copyReplaces", False)),
+            requires=tuple((str(m), str(v)) for m, v in (entry.get("require") or {}).items()),
+            tier=str(entry.get("tier", "")),
         )
 
     def tools(self) -> list[Tool]:
@@ -207,6 +230,12 @@ class Lock:
             for tool in self.tools():
                 if not SEMVER_TAG.match(tool.version):
                     found.append(f"{self.path}: tools.{tool.name}.version '{tool.version}' is not a release version")
+                if tool.go_toolchain and not re.match(r"^go\d+\.\d+\.\d+$", tool.go_toolchain):
+                    found.append(f"{self.path}: tools.{tool.name}.goToolchain '{tool.go_toolchain}' must be a "
+                                 "pinned Go release (goX.Y.Z)")
+                for module, version in tool.requires:
+                    if not SEMVER_TAG.match(version):
+                        found.append(f"{self.path}: tools.{tool.name}.require.{module} '{version}' is not a release version")
             for image in self.images():
                 if image.tag in FLOATING_TAGS or not image.tag:
                     found.append(f"{self.path}: images.{image.name}.tag '{image.tag}' floats; pin a release tag")

@@ -399,6 +399,17 @@ def _cmd(args: argparse.Namespace) -> int:
                            [(r.version, r.date or "unreleased", r.commit[:12] or "-", "yes" if r.breaking else "")
                             for r in releases])
         return 0
+    if args.release_command == "crds":
+        import yaml
+
+        from .e2e.upgrade import rendered_crds
+
+        env_values = root / "overlays" / args.env / "values.yaml"
+        if not env_values.is_file():
+            raise UserError(f"no environment '{args.env}': {env_values} does not exist", exit_code=2)
+        values = ["-f", str(env_values)] + [a for f in args.values for a in ("-f", f)]
+        print(yaml.safe_dump_all(rendered_crds(paths.chart_dir(), values), sort_keys=False), end="")
+        return 0
     if args.release_command == "cut":
         release = cut(root, args.commit)
         progress.info(f"release {release.version} recorded as cut from {release.commit}; commit releases.yaml "
@@ -430,7 +441,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     changelog_p.add_argument("--check", action="store_true", help="fail when CHANGELOG.md is stale")
     cut_p = rsub.add_parser("cut", help="record the next release as cut from a commit (default HEAD)")
     cut_p.add_argument("--commit", default="HEAD", help="git ref the release is cut from (default HEAD)")
-    for p in (check_p, list_p, changelog_p, cut_p):
+    crds_p = rsub.add_parser("crds", help="the CRDs the chart installs with an environment's values (for the "
+                                          "server-side apply before helm upgrade: Helm does not upgrade crds/)")
+    crds_p.add_argument("--env", default="dev", help="overlay whose values.yaml decides the optional CRDs (default dev)")
+    crds_p.add_argument("-f", "--values", action="append", default=[], help="more values files, as for helm")
+    for p in (check_p, list_p, changelog_p, cut_p, crds_p):
         p.set_defaults(func=_cmd)
 
 

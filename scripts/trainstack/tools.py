@@ -47,9 +47,25 @@ def _stamp(tool: lockmod.Tool) -> dict | None:
         return None
     if sorted(data.get("binaries", {})) != sorted(tool.packages):
         return None
+    # The build recipe (a stamp from before recipes were recorded is trusted as it is).
+    if "recipe" in data and data["recipe"] != _recipe(tool):
+        return None
     if not all(Path(p).is_file() for p in data["binaries"].values()):
         return None
     return data
+
+
+def _recipe(tool: lockmod.Tool) -> dict:
+    """What, besides the module and version, decides the binaries: a change rebuilds them."""
+    recipe = {"ldflags": tool.ldflags, "tags": list(tool.tags), "packages": tool.packages}
+    # Only when set, so the stamps of tools that use none of them stay valid.
+    if tool.go_toolchain:
+        recipe["goToolchain"] = tool.go_toolchain
+    if tool.copy_replaces:
+        recipe["copyReplaces"] = True
+    if tool.requires:
+        recipe["require"] = dict(tool.requires)
+    return recipe
 
 
 def _reports_version(binary: str, tool: lockmod.Tool) -> bool:
@@ -145,8 +161,27 @@ def module_info(module: str, version: str, env: dict[str, str] | None = None) ->
     return info
 
 
+def _upstream_replaces(go_mod_file: str, env: dict[str, str]) -> list[str]:
+    """The module's own `replace` directives that point at a published version (not a local path),
+    as `go mod edit -replace` arguments: a wrapper module needs them to build what upstream builds."""
+    out = subprocess.run(["go", "mod", "edit", "-json", go_mod_file], capture_output=True, text=True,
+                         env=env, cwd="/")
+    if out.returncode != 0:
+        raise UserError(f"cannot read {go_mod_file}: {out.stderr.strip()}")
+    args = []
+    for rep in json.loads(out.stdout).get("Replace") or []:
+        old, new = rep["Old"], rep["New"]
+        if not new.get("Version"):
+            continue  # a local path (./gitops-engine): the wrapper requires the published module instead
+        lhs = f"{old['Path']}@{old['Version']}" if old.get("Version") else old["Path"]
+        args.append(f"-replace={lhs}={new['Path']}@{new['Version']}")
+    return args
+
+
 def _build(tool: lockmod.Tool) -> dict:
     env = _go_env()
+    if tool.go_toolchain:
+        env["GOTOOLCHAIN"] = tool.go_toolchain  # fetched (checksum-verified) through the module proxy
     work = paths.cache_dir() / "build" / f"{tool.name}-{tool.version}"
     work.mkdir(parents=True, exist_ok=True)
     log = work / "build.log"
@@ -159,12 +194,19 @@ def _build(tool: lockmod.Tool) -> dict:
         patch = f"v0.{tool.minor}.{tool.version.split('.')[2]}"
         for module in staging:
             _run(["go", "mod", "edit", f"-replace={module}={module}@{patch}"], work, env, log)
+    if tool.copy_replaces:
+        replaces = _upstream_replaces(module_info(tool.module, tool.version, env)["GoMod"], env)
+        if replaces:
+            _run(["go", "mod", "edit", *replaces], work, env, log)
+    for module, version in tool.requires:
+        _run(["go", "mod", "edit", f"-require={module}@{version}"], work, env, log)
     _run(["go", "get", *[f"{pkg}@{tool.version}" for pkg in tool.packages.values()]], work, env, log)
     target = tool_dir(tool)
     staging_bin = work / "out"
     shutil.rmtree(staging_bin, ignore_errors=True)
     staging_bin.mkdir()
-    ldflags = f"-s -w {tool.expanded_ldflags()}".strip()
+    go_mod = Path(module_info(tool.module, tool.version, env)["GoMod"]).read_text() if "{k8s" in tool.ldflags else ""
+    ldflags = f"-s -w {tool.expanded_ldflags(go_mod)}".strip()
     for binary, package in tool.packages.items():
         tags = ["-tags", ",".join(tool.tags)] if tool.tags else []
         _run(["go", "build", "-trimpath", *tags, "-ldflags", ldflags, "-o", str(staging_bin / binary), package],
@@ -178,12 +220,18 @@ def _build(tool: lockmod.Tool) -> dict:
     return binaries
 
 
+def selected(names: list[str] | None, lock: lockmod.Lock, include_optional: bool = True) -> list[lockmod.Tool]:
+    """The named tools, or every tool but those of a setup tier of their own (and, optionally, the optional ones)."""
+    if names:
+        return [lock.tool(n) for n in names]
+    return [t for t in lock.tools() if (include_optional or not t.optional) and not t.tier]
+
+
 def install(names: list[str] | None = None, lock: lockmod.Lock | None = None,
             include_optional: bool = True) -> list[tuple[str, str, str, float]]:
     """Install the named tools (default: all). Returns (tool, version, action, seconds) rows."""
     lock = lock or lockmod.load()
-    wanted = [lock.tool(n) for n in names] if names else [
-        t for t in lock.tools() if include_optional or not t.optional]
+    wanted = selected(names, lock, include_optional)
     rows = []
     for tool in wanted:
         start = time.monotonic()
@@ -206,7 +254,7 @@ def _write_stamp(tool: lockmod.Tool, binaries: dict[str, str], source: str, seco
     target = tool_dir(tool)
     target.mkdir(parents=True, exist_ok=True)
     stamp = {"module": tool.module, "version": tool.version, "binaries": binaries, "source": source,
-             "seconds": round(seconds, 1)}
+             "seconds": round(seconds, 1), "recipe": _recipe(tool)}
     tmp = target / (STAMP + ".tmp")
     tmp.write_text(json.dumps(stamp, indent=2, sort_keys=True))
     os.replace(tmp, target / STAMP)

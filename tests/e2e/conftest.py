@@ -11,12 +11,14 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from trainstack import paths, tools
 from trainstack.cluster.local import BINARIES, LocalCluster
 from trainstack.e2e import suite as suitemod
-from trainstack.e2e.providers.local import LocalProvider, controller_binaries
+from trainstack.e2e.providers.local import REAL_NODE_TOOLS, LocalProvider, controller_binaries
 
 
 def need_binaries(*names: str) -> None:
@@ -44,20 +46,32 @@ def run_first_steps(suite: suitemod.Suite) -> suitemod.Suite:
     return suite
 
 
-@pytest.fixture(scope="module")
-def platform() -> Iterator[suitemod.Suite]:
-    need_binaries(*BINARIES, "helm")
-    run_dir = paths.cache_dir() / "e2e" / f"pytest-platform-{os.getpid()}"
+def fresh_run_dir(name: str) -> Path:
+    """An empty run directory for one test module's cluster (short: containerd sockets live under it)."""
+    run_dir = paths.cache_dir() / "e2e" / f"pytest-{name}-{os.getpid()}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
-    provider = LocalProvider(run_dir)
-    need_binaries(*controller_binaries(suitemod.render("dev", provider.lock), provider.lock))
-    suite = suitemod.Suite(provider, "dev", run_dir)
+    return run_dir
+
+
+@contextmanager
+def installed(provider: LocalProvider, env: str = "dev") -> Iterator[suitemod.Suite]:
+    """The suite's first steps on `provider`'s cluster; everything stopped and removed afterwards."""
+    suite = suitemod.Suite(provider, env, provider.run_dir)
     try:
         yield run_first_steps(suite)
     finally:
         provider.down(keep=False)
-        shutil.rmtree(run_dir, ignore_errors=True)
+        shutil.rmtree(provider.run_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def platform() -> Iterator[suitemod.Suite]:
+    need_binaries(*BINARIES, "helm")
+    provider = LocalProvider(fresh_run_dir("platform"))
+    need_binaries(*controller_binaries(suitemod.render("dev", provider.lock), provider.lock))
+    with installed(provider) as suite:
+        yield suite
 
 
 @pytest.fixture(scope="module")
@@ -65,18 +79,11 @@ def real_platform() -> Iterator[suitemod.Suite]:
     """The chart installed as `make e2e` installs it on a real node only (kubelet + containerd:
     containers run), with monitoring on (its metrics Services, scraper ServiceAccount and token),
     for the tests that need pods that really run: the pipeline, the live metrics scrape."""
-    need_binaries(*BINARIES, "helm")
-    run_dir = paths.cache_dir() / "e2e" / f"pytest-real-{os.getpid()}"
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    provider = LocalProvider(run_dir, nodes="real")
-    monitoring = run_dir / "values-monitoring.yaml"
+    need_binaries(*BINARIES, *REAL_NODE_TOOLS, "helm")
+    provider = LocalProvider(fresh_run_dir("real"), nodes="real")
+    monitoring = provider.run_dir / "values-monitoring.yaml"
     monitoring.write_text("monitoring: {enabled: true}\n")
     node_values = provider.values_files
     provider.values_files = lambda: [*node_values(), monitoring]  # type: ignore[method-assign]
-    suite = suitemod.Suite(provider, "dev", run_dir)
-    try:
-        yield run_first_steps(suite)
-    finally:
-        provider.down(keep=False)
-        shutil.rmtree(run_dir, ignore_errors=True)
+    with installed(provider) as suite:
+        yield suite

@@ -487,6 +487,54 @@ class LocalCluster:
                 continue
         return out
 
+    def component_command(self, component: str) -> tuple[list[str], dict[str, str], str]:
+        """How a running control-plane process kwokctl started (etcd, kube-apiserver, ...) was started: its
+        command line, environment and working folder (to start it again after a fault)."""
+        pid_file = self.cluster_dir / "pids" / f"{component}.pid"
+        if not pid_file.is_file():
+            raise UserError(f"{self.name}: no running {component} (no {pid_file})")
+        proc = Path(f"/proc/{int(pid_file.read_text().strip())}")
+        try:
+            cmd = [a.decode() for a in (proc / "cmdline").read_bytes().split(b"\0") if a]
+            env = dict(ln.decode().split("=", 1) for ln in (proc / "environ").read_bytes().split(b"\0") if b"=" in ln)
+            cwd = os.readlink(proc / "cwd")
+        except OSError:
+            raise UserError(f"{self.name}: {component} is not running") from None
+        return cmd, env, cwd
+
+    def start_component(self, component: str, started: tuple[list[str], dict[str, str], str]) -> int:
+        """Start a control-plane process again as `component_command` recorded it; its pid file follows."""
+        cmd, env, cwd = started
+        log = self.cluster_dir / "logs" / f"{component}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("a") as sink:
+            sink.write(f"\n# started again by trainstack at {time.strftime('%H:%M:%S')}\n")
+            sink.flush()
+            new = subprocess.Popen([*self.enter(), *cmd], stdout=sink, stderr=subprocess.STDOUT,
+                                   stdin=subprocess.DEVNULL, env=env, cwd=cwd, start_new_session=True)
+        (self.cluster_dir / "pids" / f"{component}.pid").write_text(f"{new.pid}\n")
+        return new.pid
+
+    def component_alive(self, component: str) -> bool:
+        pid = self.pids().get(component)
+        return bool(pid) and pid_alive(pid)
+
+    def restart_component(self, component: str, kill: bool = False, timeout: float = 60) -> float:
+        """Stop one control-plane process (SIGTERM, or SIGKILL with kill) and start it again with the same
+        command line, environment and working folder (a fault test: what a systemd or static-pod restart
+        does). Returns the seconds until the API answers /readyz again."""
+        started = self.component_command(component)
+        pid = self.pids()[component]
+        start = time.monotonic()
+        if kill:
+            os.kill(pid, signal.SIGKILL)
+        stop_pids([pid], grace=0 if kill else 10.0)
+        while pid_alive(pid):
+            time.sleep(0.05)
+        self.start_component(component, started)
+        self.wait_api(timeout)
+        return time.monotonic() - start
+
     def stop(self, remove: bool = True) -> None:
         """Stop every component (kwokctl delete cluster, then any survivor by pid) and remove the workdir."""
         if not self.started and not self.cluster_dir.exists():

@@ -76,6 +76,16 @@ def kubeconfig(server: str, ca: Path, crt: Path, key: Path, user: str) -> dict[s
     }
 
 
+def registry_config(storage: Path, addr: str) -> dict[str, Any]:
+    """The pinned distribution registry's config: filesystem storage, plain HTTP on `addr` (loopback)."""
+    return {
+        "version": 0.1,
+        "log": {"level": "warn", "accesslog": {"disabled": True}},
+        "storage": {"filesystem": {"rootdirectory": str(storage)}, "delete": {"enabled": True}},
+        "http": {"addr": addr, "secret": "local-only"},
+    }
+
+
 @dataclass
 class RealNode:
     """containerd + kubelet + kube-proxy (+ the registry) inside `sandbox`."""
@@ -86,6 +96,7 @@ class RealNode:
     cache: Path  # persistent across runs: the registry's storage
     lock: lockmod.Lock
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    commands: dict[str, tuple[list[str], Path, dict[str, str]]] = field(default_factory=dict)
 
     @property
     def dir(self) -> Path:
@@ -200,12 +211,8 @@ state = "{d}/containerd/state"
         self.write_registry_config()
 
     def write_registry_config(self) -> None:
-        (self.dir / "registry.yaml").write_text(yaml.safe_dump({
-            "version": 0.1,
-            "log": {"level": "warn", "accesslog": {"disabled": True}},
-            "storage": {"filesystem": {"rootdirectory": str(self.cache / "registry")}, "delete": {"enabled": True}},
-            "http": {"addr": f"127.0.0.1:{REGISTRY_PORT}", "secret": "local-only"},
-        }))
+        (self.dir / "registry.yaml").write_text(yaml.safe_dump(
+            registry_config(self.cache / "registry", f"127.0.0.1:{REGISTRY_PORT}")))
 
     def pause_image(self) -> str:
         from .. import images
@@ -223,19 +230,46 @@ state = "{d}/containerd/state"
     def start(self) -> None:
         b = self.binaries()
         env = {"PATH": f"{self.dir / 'bin'}:{Path(b['containerd']).parent}:/usr/sbin:/usr/bin:/sbin:/bin"}
-        self.procs["containerd"] = self.sandbox.start(
+        self.procs["containerd"] = self._start(
             "containerd", [str(b["containerd"]), "--config", str(self.dir / "containerd.toml")],
             self.logs_dir / "containerd.log", env=env)
         self._wait_socket()
-        self.procs["kubelet"] = self.sandbox.start("kubelet", [
+        self.procs["kubelet"] = self._start("kubelet", [
             str(b["kubelet"]), "--config", str(self.dir / "kubelet.yaml"),
             "--kubeconfig", str(self.dir / "kubelet.kubeconfig"), "--root-dir", str(self.dir / "kubelet"),
             "--node-ip", NODE_IP, "--hostname-override", NODE_NAME,
             "--node-labels", "trainstack.io/pool=cpu,trainstack.io/node=real", "--v=1",
         ], self.logs_dir / "kubelet.log", env=env)
-        self.procs["kube-proxy"] = self.sandbox.start(
+        self.procs["kube-proxy"] = self._start(
             "kube-proxy", [str(b["kube-proxy"]), "--config", str(self.dir / "kube-proxy.yaml"), "--v=1"],
             self.logs_dir / "kube-proxy.log", env=env)
+
+    def _start(self, name: str, cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+        self.commands[name] = (cmd, log, env)
+        return self.sandbox.start(name, cmd, log, env=env)
+
+    def restart(self, name: str, kill: bool = False) -> float:
+        """Stop one node daemon (kubelet, containerd, kube-proxy) and start it again as it was started (a fault
+        test: what systemd does on a crash or `systemctl restart`). Running containers keep running (their
+        shims outlive containerd; kubelet re-adopts its pods). Returns the seconds it was away."""
+        proc = self.procs.get(name)
+        if proc is None or name not in self.commands:
+            raise UserError(f"the real node has no running {name}")
+        start = time.monotonic()
+        if kill:
+            proc.kill()
+        else:
+            proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        cmd, log, env = self.commands[name]
+        self.procs[name] = self.sandbox.start(name, cmd, log, env=env)
+        if name == "containerd":
+            self._wait_socket()
+        return time.monotonic() - start
 
     def _wait_socket(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout

@@ -58,6 +58,21 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--install is only for --provider existing", "local and kind always install", exit_code=2)
     if args.port_base is not None and not 1024 <= args.port_base <= 65500:
         raise UserError(f"--port-base {args.port_base} is out of range", "use a number from 1024 to 65500", exit_code=2)
+    if getattr(args, "upgrade_from", None):
+        from ..release import resolve
+
+        resolve(paths.repo_root(), args.upgrade_from)  # an unknown version or ref: one line, before anything starts
+        if args.provider in ("local", "auto") and args.nodes not in (None, "kwok"):
+            raise UserError(f"--upgrade-from runs on KWOK nodes (--nodes kwok), not --nodes {args.nodes}",
+                            "the old release is installed without the real node's image mirror values", exit_code=2)
+        args.nodes = "kwok"
+        if args.provider == "existing" and not args.install:
+            raise UserError("--upgrade-from installs the old release: with --provider existing pass --install",
+                            exit_code=2)
+    if getattr(args, "gitops", False):
+        from .gitops import check_args
+
+        check_args(args)
     lock = lockmod.load()
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     run_dir = paths.cache_dir() / "e2e" / f"run-{stamp}"
@@ -67,10 +82,22 @@ def run(args: argparse.Namespace) -> int:
     cache = " with the data cache" if args.data_cache else ""
     progress.info(f"trainstack e2e: provider {provider.name} ({provider.reason}), env {args.env}{cache}")
     suite = Suite(provider, args.env, run_dir, lock=lock, keep=args.keep, data_cache=args.data_cache)
+    gitops = None
+    if getattr(args, "gitops", False):
+        from .gitops import GitOpsSuite
+
+        gitops = GitOpsSuite(provider, args.env, run_dir, lock=lock, keep=args.keep)
+        suite = gitops.suite
     failure: UserError | None = None
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a CI timeout still tears down
+    upgrade_report: dict | None = None
     try:
-        suite.run()
+        if getattr(args, "upgrade_from", None):
+            upgrade_report = run_upgrade(suite, args.upgrade_from, run_dir, tuple(args.helm))
+        elif gitops is not None:
+            gitops.run()
+        else:
+            suite.run()
     except UserError as err:
         failure = err
     except KeyboardInterrupt:
@@ -79,13 +106,16 @@ def run(args: argparse.Namespace) -> int:
     if failure is not None and (suite.kube is not None or provider.logs()):
         summary = "\n".join(" | ".join(row) for row in summary_rows(suite.steps)) + f"\n\n{failure.one_line()}\n"
         try:
-            where = str(artifacts.collect(stamp, suite.kube, provider.logs(), run_dir, summary))
+            logs = {**provider.logs(), **(gitops.logs() if gitops is not None else {})}
+            where = str(artifacts.collect(stamp, suite.kube, logs, run_dir, summary))
         except Exception as err:  # noqa: BLE001 - teardown below must still run
             where = f"(could not collect artifacts: {err})"
     signal.signal(signal.SIGTERM, previous)
     teardown_start = time.monotonic()
     down_note, down_error = "", None
     try:
+        if gitops is not None and not args.keep:
+            gitops.stop()
         down_note = provider.down(keep=args.keep)
     except UserError as err:
         down_error = err
@@ -112,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         Path(summary_path).write_text(
             json.dumps(
                 {
+                    **({"upgrade": upgrade_report} if upgrade_report is not None else {}),
                     "provider": provider.name,
                     "env": args.env,
                     "data_cache": args.data_cache,
@@ -133,6 +164,50 @@ def run(args: argparse.Namespace) -> int:
         raise down_error
     progress.info(f"e2e passed in {total:.1f}s")
     return 0
+
+
+def run_upgrade(suite, from_ref: str, run_dir: Path, binaries: tuple[str, ...]) -> dict:
+    """`--upgrade-from`: the suite's render and cluster steps, then the upgrade test (e2e/upgrade.py) on that
+    cluster, once per helm binary. The local provider starts a fresh cluster for each helm line after the
+    first (seconds on KWOK nodes; an uninstall and reinstall on one API server left its ValidatingAdmissionPolicy
+    bindings denying with "no params found" until kube-apiserver restarted); other providers uninstall between.
+    The step table and figures are printed; a failed step fails the run."""
+    from . import upgrade
+    from .suite import Step, Suite
+
+    reports: list[dict] = []
+    extra: list = []
+    failure: UserError | None = None
+    try:
+        # local: one fresh cluster per helm line; other providers: one cluster, uninstall between the lines
+        runs = [(b,) for b in binaries] if suite.provider.name == "local" else [tuple(binaries)]
+        for i, lines in enumerate(runs):
+            current = suite
+            if i:
+                provider = type(suite.provider)(run_dir / lines[0], suite.lock, nodes="kwok")
+                extra.append(provider)
+                current = Suite(provider, suite.env, run_dir / lines[0], lock=suite.lock)
+            for name, fn in current.plan()[:2]:  # render the chart, cluster up
+                current.step(name, fn)
+            test = upgrade.for_suite(current, from_ref, run_dir / f"upgrade-{'-'.join(lines)}")
+            test.run_dir.mkdir(parents=True, exist_ok=True)
+            start = time.monotonic()
+            try:
+                test.run(lines)
+            except UserError as err:
+                failure = err
+            suite.steps.append(Step(f"upgrade from {from_ref} with {', '.join(lines)}", "FAIL" if failure else "pass",
+                                    time.monotonic() - start, failure.message if failure else ", ".join(
+                                        f"{k} {v}" for k, v in sorted(test.figures.items()) if k != "crd_conflicts")))
+            reports.append(upgrade.report(test, failure))
+            if failure is not None:
+                break
+    finally:
+        for provider in extra:
+            provider.down(keep=False)
+    if failure is not None:
+        raise failure
+    return {"from": from_ref, "runs": reports}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -172,5 +247,25 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         help="local provider: fixed 127.0.0.1 ports from this number up (default: free random ports)",
+    )
+    parser.add_argument(
+        "--upgrade-from",
+        metavar="VERSION|REF",
+        help="instead of the smoke suite: install the chart of this release (releases.yaml) or git ref, start "
+        "TrainJobs, upgrade to the working tree (CRDs server-side, then helm upgrade), check nothing is lost, "
+        "roll back; once per --helm binary",
+    )
+    parser.add_argument(
+        "--helm",
+        nargs="+",
+        choices=("helm", "helm3"),
+        default=["helm", "helm3"],
+        help="with --upgrade-from: the pinned helm lines to upgrade with, in turn (default: helm (v4) then helm3)",
+    )
+    parser.add_argument(
+        "--gitops",
+        action="store_true",
+        help="instead of helm install: the real Argo CD (make setup-gitops) syncs the platform from a git "
+        "repository of this checkout onto the local cluster's real node (e2e/gitops.py)",
     )
     parser.set_defaults(func=run)

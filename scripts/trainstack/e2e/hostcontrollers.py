@@ -56,6 +56,7 @@ class HostController:
     workdir: Path
     webhook_port: int = 0
     health_port: int = 0
+    metrics_port: int = 0
     services: list[str] = field(default_factory=list)
     process: subprocess.Popen | None = None
     pid: int = 0
@@ -78,7 +79,8 @@ class HostController:
         if group != "config.trainer.kubeflow.org":  # JobSet and LWS have certDir; Trainer uses $TMPDIR
             webhook["certDir"] = str(self.cert_dir)
         cfg.setdefault("health", {})["healthProbeBindAddress"] = f"127.0.0.1:{self.health_port}"
-        cfg.setdefault("metrics", {})["bindAddress"] = "0"  # off: nothing scrapes it here
+        # /metrics on 127.0.0.1 (HTTPS, the controllers' own self-signed serving): see metrics_url
+        cfg.setdefault("metrics", {})["bindAddress"] = f"127.0.0.1:{self.metrics_port}" if self.metrics_port else "0"
         for key in ("certManagement", "internalCertManagement"):
             if key in cfg or (key == "certManagement") == (group == "config.trainer.kubeflow.org"):
                 cfg.setdefault(key, {})["enable"] = False
@@ -89,6 +91,11 @@ class HostController:
             else:
                 election["resourceNamespace"] = election.get("resourceNamespace") or self.namespace
         return cfg
+
+    @property
+    def metrics_url(self) -> str:
+        """Where this controller serves /metrics (HTTPS; JobSet asks for a token allowed to GET /metrics)."""
+        return f"https://127.0.0.1:{self.metrics_port}/metrics" if self.metrics_port else ""
 
     def command(self, binary: Path, config_path: Path, kubeconfig: Path) -> list[str]:
         return [str(binary), f"--config={config_path}", f"--kubeconfig={kubeconfig}", *self.extra_args]
@@ -209,17 +216,20 @@ class HostControllers:
         self._kubelet: threading.Thread | None = None
 
     # -- setup ------------------------------------------------------------------------------
-    def _ports(self, index: int) -> tuple[int, int]:
+    def _ports(self, index: int) -> tuple[int, int, int]:
+        """webhook, health and metrics ports: free ones, or from port_base (webhook and health pairs
+        first, then one metrics port per controller)."""
         if self.port_base is None:
-            return free_port(), free_port()
+            return free_port(), free_port(), free_port()
         webhook, health = self.port_base + 2 * index, self.port_base + 2 * index + 1
-        for port, what in ((webhook, "webhook"), (health, "health")):
+        metrics = self.port_base + 2 * len(self.controllers) + index
+        for port, what in ((webhook, "webhook"), (health, "health"), (metrics, "metrics")):
             if not port_is_free(port):
                 raise UserError(
                     f"port 127.0.0.1:{port} ({self.controllers[index].deployment} {what}) is already in use",
                     "stop what listens there or pick another --port-base",
                 )
-        return webhook, health
+        return webhook, health, metrics
 
     def prepare(self) -> None:
         """Find the controllers and give each its ports (before the webhooks are pointed at them)."""
@@ -231,7 +241,7 @@ class HostControllers:
                 "check that the chart installed into this namespace",
             )
         for i, ctl in enumerate(self.controllers):
-            ctl.webhook_port, ctl.health_port = self._ports(i)
+            ctl.webhook_port, ctl.health_port, ctl.metrics_port = self._ports(i)
             ctl.extra_args += self.extra_args.get(ctl.binary_name, [])
 
     def point_webhooks_here(self) -> list[str]:
@@ -443,6 +453,11 @@ class HostControllers:
 
     def pids(self) -> dict[str, int]:
         return {ctl.deployment: ctl.pid for ctl in self.controllers if ctl.pid}
+
+    @property
+    def metrics_urls(self) -> dict[str, str]:
+        """Deployment -> its controller's /metrics URL on 127.0.0.1 (for monitoring.scrape)."""
+        return {ctl.deployment: ctl.metrics_url for ctl in self.controllers if ctl.metrics_url}
 
     def logs(self) -> dict[str, Path]:
         return {ctl.deployment: ctl.log for ctl in self.controllers if ctl.log.exists()}

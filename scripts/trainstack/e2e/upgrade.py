@@ -7,18 +7,20 @@
    temporary folder (the checkout is not touched) and builds that tree's chart dependencies
    with that tree's own tooling, the way a user of that release did;
 2. installs that chart with the pinned helm, creates TrainJobs and waits until some finished;
-3. starts more TrainJobs (running during the upgrade), starts a webhook probe (a server-side
+3. creates more TrainJobs held across the upgrade (`suspend: true`, their JobSets made by the old
+   controllers; resumed after it: on KWOK nodes pods complete at once), starts a webhook probe (a server-side
    dry-run TrainJob create in a loop) and upgrades to the working tree: first the CRDs with
    server-side apply (Helm never upgrades `crds/`: the documented step), then `helm upgrade`;
 4. checks that nothing is lost: every TrainJob, JobSet and runtime is still there, finished
    TrainJobs keep their status, running ones end Complete, the CRDs carry the new schema, no
    field-manager conflict was reported, and the longest window of rejected creates;
 5. `helm rollback` to the old revision and checks the platform answers again;
-6. the same with the helm v3 line (`helm3`), from a fresh install of the old release.
+6. the same with the helm v3 line (`helm3`), from a fresh install of the old release (on the same
+   cluster after an uninstall; `trainstack e2e` gives the local provider a fresh cluster instead).
 
-Fault survival (`faults()`) uses the same snapshots: it injects a fault while TrainJobs run and
-measures jobs running, jobs lost and the time to recover. Providers that run controllers outside
-the cluster (the local provider's host processes) pass `restart` / `adapt` callbacks.
+Fault survival (e2e/faults.py) uses the same snapshots and TrainJob helpers. Providers that run
+the controllers outside the cluster (the local provider's host processes) pass `prepare` / `adapt`
+/ `after_uninstall` callbacks: `LocalAdapter` below, wired by `for_suite`.
 """
 
 from __future__ import annotations
@@ -244,12 +246,16 @@ class UpgradeTest:
     # (e.g. the local provider re-pointing webhooks at its host controllers, as it does on install):
     # adapt(binary, verb, the running helm process).
     adapt: Callable[[str, str, subprocess.Popen], None] | None = None
+    # Called right before each helm command starts: prepare(binary, verb).
+    prepare: Callable[[str, str], None] | None = None
     finished_jobs: int = 2
     running_jobs: int = 2
     job_timeout: float = 300
     rows: list[Row] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
     labels: dict[str, str] | None = None  # what the policies require on TrainJobs (job_labels)
+    # Called after `helm uninstall` (e.g. the local provider stopping its host controllers).
+    after_uninstall: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
         from .kube import Kubectl
@@ -272,6 +278,8 @@ class UpgradeTest:
         cmd = [str(tools.require(binary, self.lock)), *args, "--kubeconfig", str(self.kubeconfig),
                *(["--kube-context", self.context] if self.context else [])]
         log = self.run_dir / f"{binary}-{args[0]}-{int(time.time() * 1000)}.log"
+        if self.prepare is not None:
+            self.prepare(binary, args[0])
         with log.open("w") as sink:  # a file, not a pipe: helm never blocks on output while adapt runs
             sink.write("$ " + " ".join(cmd) + "\n")
             sink.flush()
@@ -315,13 +323,22 @@ class UpgradeTest:
             self.labels = suite.required_labels(objects)
         return dict(self.labels)
 
-    def trainjob(self, name: str, runtime: str, seconds: int = 1) -> dict[str, Any]:
-        return {
+    def trainjob(self, name: str, runtime: str, seconds: int = 1, suspend: bool = False) -> dict[str, Any]:
+        job = {
             "apiVersion": f"{GROUP}/v1alpha1", "kind": "TrainJob",
             "metadata": {"name": name, "namespace": JOBS_NS, "labels": {LABEL: "upgrade", **self.job_labels()}},
             "spec": {"runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime", "apiGroup": GROUP},
                      "trainer": {"numNodes": 1, "command": ["python", "-c", f"import time; time.sleep({seconds})"]}},
         }
+        if suspend:
+            job["spec"]["suspend"] = True
+        return job
+
+    def resume(self, names: list[str]) -> None:
+        """Let held (suspended) TrainJobs run: their JobSets exist and were kept across the upgrade or fault."""
+        for name in names:
+            self.kube.kubectl("patch", "trainjob", name, "-n", JOBS_NS, "--type=merge",
+                              "-p", '{"spec":{"suspend":false}}')
 
     def wait_terminal(self, names: list[str], timeout: float) -> dict[str, str]:
         deadline = time.monotonic() + timeout
@@ -340,14 +357,40 @@ class UpgradeTest:
         self.helm(binary, "install", RELEASE, str(old_chart), "-n", NAMESPACE, "--create-namespace",
                   *self.values(old_root), "--wait", "--timeout", "300s")
         self.kube.kubectl("create", "namespace", JOBS_NS, check=False)
-        return f"{binary} install {old_chart}"
+        self.wait_admitted(f"{binary} install", 90)
+        self.old_runtimes = snapshot(self.kube).runtimes
+        return f"{binary} install {old_chart}: {len(self.old_runtimes)} runtimes"
 
-    def start_jobs(self, prefix: str, count: int, seconds: int) -> list[str]:
+    def wait_admitted(self, after: str, timeout: float) -> float:
+        """Until a TrainJob create (server dry run) is admitted: webhooks answer, policies and their params are
+        loaded by the API server. Returns the seconds it took."""
+        probe = yaml.safe_dump(self.trainjob("admission-probe", self.torch_runtime()))
+        start = time.monotonic()
+        while True:
+            result = self.kube.kubectl("create", "--dry-run=server", "-f", "-", input_text=probe, check=False)
+            if result.returncode == 0:
+                return time.monotonic() - start
+            if time.monotonic() - start > timeout:
+                raise UserError(f"after {after} a TrainJob create is still rejected: {result.stderr.strip()[-300:]}")
+            time.sleep(0.5)
+
+    def start_jobs(self, prefix: str, count: int, seconds: int, suspend: bool = False) -> list[str]:
         runtime = self.torch_runtime()
         names = [f"{prefix}-{i}" for i in range(count)]
         self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all(
-            [self.trainjob(n, runtime, seconds) for n in names]))
+            [self.trainjob(n, runtime, seconds, suspend) for n in names]))
         return names
+
+    def wait_jobsets(self, names: list[str], timeout: float = 60) -> None:
+        """Until each TrainJob has its JobSet (the Trainer controller reconciled it)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            have = {j["metadata"]["name"] for j in self.kube.kubectl_json("get", "jobsets", "-n", JOBS_NS)["items"]}
+            if set(names) <= have:
+                return
+            if time.monotonic() > deadline:
+                raise UserError(f"no JobSet within {timeout:.0f}s for: {', '.join(sorted(set(names) - have))}")
+            time.sleep(0.5)
 
     def apply_crds(self, chart_dir: Path) -> str:
         """The documented CRD step: server-side apply of every CRD the new chart installs with these values."""
@@ -437,17 +480,25 @@ class UpgradeTest:
                 raise UserError(f"after {binary} rollback the webhooks reject a TrainJob: {result.stderr.strip()[-300:]}")
             time.sleep(0.5)
         after = snapshot(self.kube)
-        problems = losses(before, after)
+        # the runtimes the newer release added go with the rollback; every runtime N-1 had must be back
+        added = before.runtimes - getattr(self, "old_runtimes", before.runtimes)
+        problems = losses(before, after, expect_gone=added)
+        back = getattr(self, "old_runtimes", set()) - after.runtimes
+        if back:
+            problems.append(f"runtimes of the old release missing after the rollback: {', '.join(sorted(back))}")
         names = self.start_jobs(f"after-rollback-{binary}", 1, 1)
         states = self.wait_terminal(names, self.job_timeout)
         if states[names[0]] != "Complete":
             problems.append(f"a TrainJob created after the rollback ended {states[names[0]]}")
         if problems:
             raise UserError(f"{binary} rollback: " + "; ".join(problems))
-        return f"rolled back to revision {target}; webhooks admit; a new TrainJob completed"
+        return (f"rolled back to revision {target}; webhooks admit; a new TrainJob completed"
+                + (f"; removed with N: {', '.join(sorted(r.rsplit('/', 1)[-1] for r in added))}" if added else ""))
 
     def uninstall(self, binary: str) -> str:
         self.helm(binary, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "180s")
+        if self.after_uninstall is not None:
+            self.after_uninstall()
         self.kube.kubectl("delete", "trainjobs", "--all", "-n", JOBS_NS, "--wait=true", "--timeout=120s",
                           check=False, timeout=150)
         return "release removed for the next helm line (CRDs stay)"
@@ -475,101 +526,17 @@ class UpgradeTest:
                 done = self.start_jobs(f"done-{binary}", self.finished_jobs, 1)
                 self.record(f"{binary}: TrainJobs finished before the upgrade",
                             lambda d=done: f"{len(d)} {sorted(set(self.wait_terminal(d, self.job_timeout).values()))}")
-                running = self.start_jobs(f"running-{binary}", self.running_jobs, 30)
+                # Held TrainJobs: created before the upgrade, their JobSets made by the old release's controller,
+                # suspended across the upgrade and resumed after it (on KWOK nodes pods complete at once, so a
+                # TrainJob cannot be caught mid-run there; on a real node these run).
+                running = self.start_jobs(f"running-{binary}", self.running_jobs, 30, suspend=True)
+                self.wait_jobsets(running)
                 self.record(f"{binary}: CRDs server-side, then upgrade to the working tree",
                             lambda b=binary: self.upgrade(b))
-                self.record(f"{binary}: running TrainJobs end Complete", lambda r=running: self.running_finish(r))
+                self.record(f"{binary}: TrainJobs held across the upgrade resume and end Complete",
+                            lambda r=running: (self.resume(r), self.running_finish(r))[1])
                 self.record(f"{binary}: rollback to {label}", lambda b=binary: self.rollback(b))
         return self.rows
-
-
-# -- faults -------------------------------------------------------------------------------------------
-
-
-@dataclass
-class FaultRow:
-    fault: str
-    running: int
-    lost: int
-    recover_seconds: float
-    detail: str = ""
-
-
-def delete_pods(kube: Any, namespace: str, selector: str) -> Callable[[], None]:
-    """A fault: delete the pods matching selector (their Deployment brings new ones)."""
-    return lambda: kube.kubectl("delete", "pods", "-n", namespace, "-l", selector, "--wait=false")
-
-
-def scale(kube: Any, namespace: str, deployment: str, replicas: int) -> Callable[[], None]:
-    return lambda: kube.kubectl("scale", "deployment", deployment, "-n", namespace, f"--replicas={replicas}")
-
-
-def fault(test: UpgradeTest, name: str, inject: Callable[[], None], recover: Callable[[], None] | None = None,
-          jobs: int = 2, seconds: int = 20) -> FaultRow:
-    """Start `jobs` TrainJobs, inject the fault, recover, and measure: jobs lost, seconds until all are Complete
-    and a new TrainJob is admitted again."""
-    slug = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")[:30]
-    names = test.start_jobs(f"fault-{slug}", jobs, seconds)
-    time.sleep(2)  # let them start
-    before = snapshot(test.kube)
-    running = sum(1 for n in names if not before.trainjobs.get(f"{JOBS_NS}/{n}", ("", ""))[0])
-    start = time.monotonic()
-    inject()
-    if recover is not None:
-        recover()
-    probe = yaml.safe_dump(test.trainjob(f"probe-{slug}", test.torch_runtime()))
-    while test.kube.kubectl("create", "--dry-run=server", "-f", "-", input_text=probe, check=False).returncode:
-        if time.monotonic() - start > test.job_timeout:
-            raise UserError(f"fault {name}: TrainJob creates still rejected after {test.job_timeout:.0f}s")
-        time.sleep(0.5)
-    states = test.wait_terminal(names, test.job_timeout)
-    recovered = time.monotonic() - start
-    after = snapshot(test.kube)
-    problems = losses(before, after)
-    lost = sum(1 for n in names if f"{JOBS_NS}/{n}" not in after.trainjobs) + sum(
-        1 for s in states.values() if s != "Complete")
-    return FaultRow(name, running, lost, round(recovered, 1), "; ".join(problems) or "all Complete")
-
-
-def fault_table(test: UpgradeTest, faults: list[tuple[str, Callable[[], None], Callable[[], None] | None]]
-                ) -> list[FaultRow]:
-    """Each (name, inject, recover) in turn; the rows of the table the suite prints:
-    fault, jobs running at the time, jobs lost (goal 0), seconds to recover."""
-    rows = [fault(test, name, inject, recover) for name, inject, recover in faults]
-    from .. import progress
-
-    progress.table("faults survived", ["fault", "jobs running", "jobs lost", "seconds to recover", "detail"],
-                   [(r.fault, r.running, r.lost, f"{r.recover_seconds:.1f}", r.detail[:100]) for r in rows])
-    return rows
-
-
-def webhooks_unavailable(test: UpgradeTest, deployment: str, restore_replicas: int = 1) -> FaultRow:
-    """Webhook server gone: a TrainJob create is rejected with a clear message and nothing is stored;
-    service restored, creates succeed."""
-    name = "webhook-down"
-    test.kube.kubectl("scale", "deployment", deployment, "-n", NAMESPACE, "--replicas=0")
-    test.kube.kubectl("wait", "--for=delete", "pod", "-n", NAMESPACE, "-l", "app.kubernetes.io/component=manager",
-                      "--timeout=60s", check=False, timeout=90)
-    job = test.trainjob(name, test.torch_runtime())
-    result = test.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job), check=False)
-    stored = test.kube.kubectl("get", "trainjob", name, "-n", JOBS_NS, check=False).returncode == 0
-    start = time.monotonic()
-    test.kube.kubectl("scale", "deployment", deployment, "-n", NAMESPACE, f"--replicas={restore_replicas}")
-    test.kube.kubectl("rollout", "status", f"deployment/{deployment}", "-n", NAMESPACE, "--timeout=120s", timeout=150)
-    while test.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job), check=False).returncode:
-        if time.monotonic() - start > test.job_timeout:
-            raise UserError("TrainJob creates still rejected after the webhook server came back")
-        time.sleep(0.5)
-    recovered = time.monotonic() - start
-    problems = []
-    if result.returncode == 0:
-        problems.append("a TrainJob was admitted with the webhook server down")
-    elif "webhook" not in result.stderr:
-        problems.append(f"the rejection does not say the webhook failed: {result.stderr.strip()[-200:]}")
-    if stored:
-        problems.append("a rejected TrainJob was stored (half-created)")
-    return FaultRow("webhooks unavailable", 0, 0, round(recovered, 1),
-                    "; ".join(problems) or f"rejected: {result.stderr.strip().splitlines()[-1][:160]}")
 
 
 def report(test: UpgradeTest, failure: UserError | None = None) -> dict[str, Any]:
@@ -584,3 +551,101 @@ def report(test: UpgradeTest, failure: UserError | None = None) -> dict[str, Any
             "figures": test.figures,
             "steps": [{"step": r.step, "result": r.result, "seconds": round(r.seconds, 1), "detail": r.detail}
                       for r in test.rows]}
+
+
+# -- the local provider's host controllers through helm install/upgrade/rollback -------------------
+
+
+class LocalAdapter:
+    """Keeps the local provider's host-process controllers reachable while helm changes the release.
+
+    On KWOK nodes the chart's controllers run as local processes, and their webhook Services and
+    configurations are re-pointed at them after install (the provider's `while_installing`). `helm
+    upgrade` and `helm rollback` put the chart's Service and webhook client config back; this
+    re-points them as soon as helm has written them, while helm waits. The webhook gap measured
+    on KWOK therefore includes this re-pointing (on a real node the controllers are pods and
+    nothing is re-pointed)."""
+
+    def __init__(self, provider: Any, suite: Any) -> None:
+        self.provider, self.suite = provider, suite
+        self.repointed = 0
+
+    def adapt(self, binary: str, verb: str, proc: subprocess.Popen) -> None:
+        if getattr(self.provider, "real", False):
+            return
+        if verb == "install" or self.provider.controllers is None:
+            self.provider.while_installing(self.suite, proc)
+            return
+        deadline = time.monotonic() + 600
+        while proc.poll() is None and time.monotonic() < deadline:
+            if self.diverged():
+                self.provider.controllers.point_webhooks_here()
+                self.repointed += 1
+            time.sleep(0.2)
+        if self.diverged():
+            self.provider.controllers.point_webhooks_here()
+            self.repointed += 1
+
+    def prepare(self, binary: str, verb: str) -> None:
+        """Before helm upgrade/rollback: drop the field ownership of the local re-pointing (manager
+        kubectl-patch) on the chart's Services and webhook configurations, so helm (server-side apply in
+        v4) takes its fields back as on a cluster where nobody re-pointed them. Without this, helm v4
+        reports a conflict on Service .spec.type that only the local adaptation causes."""
+        if verb not in ("upgrade", "rollback") or getattr(self.provider, "real", False) or not self.provider.controllers:
+            return
+        cluster = self.provider.cluster
+        names = [n for ctl in self.provider.controllers.controllers for n in ctl.services]
+        targets = [("service", n, NAMESPACE) for n in names]
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+            targets += [(kind, c["metadata"]["name"], "") for c in cluster.kubectl_json("get", kind)["items"]]
+        for kind, name, ns in targets:
+            ns_args = ["-n", ns] if ns else []
+            obj = cluster.kubectl_json("get", kind, name, *ns_args, "--show-managed-fields")
+            managed = obj["metadata"].get("managedFields") or []
+            kept = [m for m in managed if m.get("manager") != "kubectl-patch"]
+            if len(kept) != len(managed):
+                cluster.kubectl("patch", kind, name, *ns_args, "--type=merge",
+                                "-p", json.dumps({"metadata": {"managedFields": kept or [{}]}}))
+
+    def diverged(self) -> bool:
+        ctls = self.provider.controllers
+        cluster = self.provider.cluster
+        result = cluster.kubectl("get", "services", "-n", NAMESPACE, "-o", "json", check=False)
+        if result.returncode:
+            return False
+        services = {s["metadata"]["name"]: s for s in json.loads(result.stdout)["items"]}
+        ports = {name: ctl.webhook_port for ctl in ctls.controllers for name in ctl.services}
+        if any((services.get(n, {}).get("spec") or {}).get("type") != "ExternalName" for n in ports):
+            return True
+        bundle = cluster.ca_bundle()
+        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
+            result = cluster.kubectl("get", kind, "-o", "json", check=False)
+            if result.returncode:
+                return False
+            for config in json.loads(result.stdout)["items"]:
+                for hook in config.get("webhooks") or []:
+                    client = hook.get("clientConfig") or {}
+                    ref = client.get("service") or {}
+                    if ref.get("namespace") == NAMESPACE and ref.get("name") in ports and (
+                            ref.get("port") != ports[ref["name"]] or client.get("caBundle") != bundle):
+                        return True
+        return False
+
+    def after_uninstall(self) -> None:
+        if getattr(self.provider, "real", False):
+            return
+        self.provider.after_uninstall(self.suite)
+        self.provider.controllers = None
+
+
+def for_suite(suite: Any, from_ref: str, run_dir: Path, **kwargs: Any) -> UpgradeTest:
+    """An UpgradeTest on the cluster a Suite brought up (render + cluster steps done, nothing installed)."""
+    provider = suite.provider
+    kubeconfig = Path(getattr(suite.kube, "kubeconfig", None) or provider.kubeconfig)
+    test = UpgradeTest(kubeconfig, from_ref, env=suite.env, run_dir=run_dir, lock=suite.lock,
+                       labels=dict(suite.job_labels), **kwargs)
+    if provider.name == "local":
+        adapter = LocalAdapter(provider, suite)
+        test.adapt, test.after_uninstall, test.prepare = adapter.adapt, adapter.after_uninstall, adapter.prepare
+        test.adapter = adapter  # type: ignore[attr-defined]
+    return test

@@ -10,6 +10,7 @@ reach them, and says so in its result. Pods never run: KWOK completes (or fails)
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -174,7 +175,8 @@ class LocalProvider(Provider):
                 progress.info(f"  {line} (left by an earlier run)")
         pools = simulated_pools(pools_for(suitemod.golden_runtimes(suite.rendered)), self.nodes)
         self.cluster = LocalCluster(
-            name=f"trainstack-e2e-{self.run_dir.name[-6:]}",
+            # unique per run directory (two runs in one process, or of equal pids, never share a name)
+            name=f"trainstack-e2e-{hashlib.sha256(str(self.run_dir.resolve()).encode()).hexdigest()[:6]}",
             workdir=self.run_dir / "kwok",
             pools=pools,
             port_base=self.port_base,

@@ -1,0 +1,178 @@
+"""Teams live on the local cluster: the chart installed with two teams and Kueue running.
+
+The cluster is the local provider's with a real node beside the KWOK pools (`--nodes both`): the
+chart's controllers run as the chart's Deployments on the real node, Kueue among them (the
+`kueue.install` subchart: its Deployment, ConfigMap with the TrainJob integration on, RBAC,
+webhooks and its own webhook certificate rotation, from an image built here like the other
+controllers' (builtImages `kueue-controller`), pulled from the cluster's registry). A host
+process was not an option: with its certificate management off (no Secret volume for a local
+process), Kueue v0.19.2 insists on metrics certificates at the fixed path
+/etc/kueue/metrics/certs. The GPU pools are KWOK nodes, tainted like real GPU nodes; their pods
+"run" by KWOK's stages.
+
+The values are the teams example (examples/teams/values.yaml, the entries `trainstack team add`
+writes) plus `kueue.install` and two GPUs for team-b, so that the cohort has more GPUs than team-a
+may use with its borrowing limit: "no further" is the limit, not an empty cohort.
+
+A GPU TrainJob that should keep its quota is held Running: its pods carry KWOK's
+`pod-container-running-failed` label with an hour's delay, so KWOK's pod-complete stage skips
+them and the failing stage waits; `release` removes the label and KWOK completes the pods, so the
+Job, the JobSet and the TrainJob end Complete and Kueue gives the quota back.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import paths
+from ..cluster.local import FAIL_LABEL
+from ..errors import UserError
+from . import suite as suitemod
+from .providers.local import LocalProvider
+
+TEAMS_EXAMPLE = Path("examples") / "teams" / "values.yaml"
+GPU_RUNTIME = "torch-distributed-gpu"
+GPU_RESOURCE = "nvidia.com/gpu"
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+TEAM_LABEL = "trainstack.io/team"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+HOLD_DELAY = "3600s"
+OVERRIDES = {
+    "kueue": {"install": True},
+    # team-b lends two GPUs; team-a may borrow one: the cohort keeps one idle GPU team-a may not take
+    "teams": {"team-b": {"quota": {GPU_RESOURCE: 2}}},
+}
+
+
+def teams_values(run_dir: Path, mirror: str | None = None, kueue_repository: str = "") -> list[Path]:
+    """The values files the teams cluster adds to the environment's: the example, then OVERRIDES
+    (with `mirror`: Kueue's image from the cluster's registry, and requests that fit the real node)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    values = json.loads(json.dumps(OVERRIDES))
+    if mirror:
+        # no output volumes (the real node's static PVs are for the CPU smoke jobs, GPU pods run on KWOK)
+        values["runtimes"] = {"defaults": {"output": {"enabled": False}}}
+        values["kueue"]["controllerManager"] = {"manager": {
+            "image": {"repository": f"{mirror}/{kueue_repository}"},
+            "resources": {"requests": {"cpu": "50m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}}}
+    override = run_dir / "values-teams-live.yaml"
+    override.write_text("# written by trainstack's live teams check (e2e/teams_live.py)\n" + yaml.safe_dump(values))
+    return [paths.repo_root() / TEAMS_EXAMPLE, override]
+
+
+class TeamsProvider(LocalProvider):
+    """The local provider (a real node beside the KWOK pools) with the teams values added to the
+    environment's, and Kueue's image among those built for the real node."""
+
+    def __init__(self, run_dir: Path, **kwargs: Any) -> None:
+        kwargs.setdefault("nodes", "both")
+        super().__init__(run_dir, reason="two teams with Kueue quotas: the controllers and Kueue as pods on a "
+                                         "real node, KWOK GPU pools", **kwargs)
+
+    def values_files(self) -> list[Path]:
+        from ..cluster import node as nodemod
+
+        mirror = nodemod.MIRROR if self.real else None
+        return [*super().values_files(),
+                *teams_values(self.run_dir, mirror, self.lock.image("kueue-controller").repository)]
+
+    def needed_images(self, suite: Any) -> list[str]:
+        return [*super().needed_images(suite), "kueue-controller"]
+
+
+def gpu_trainjob(name: str, namespace: str, team: str, runtime: dict[str, Any], num_nodes: int = 1,
+                 hold: bool = True) -> dict[str, Any]:
+    """A TrainJob of `team` on the GPU runtime (one GPU per node); `hold` keeps its pods Running."""
+    job: dict[str, Any] = {
+        "apiVersion": f"{suitemod.GROUP}/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": name, "namespace": namespace, "labels": {TEAM_LABEL: team, QUEUE_LABEL: team}},
+        "spec": {"runtimeRef": {"name": runtime["metadata"]["name"]}, "trainer": {"numNodes": num_nodes}},
+    }
+    if hold:
+        annotations = {f"{FAIL_LABEL}/delay": HOLD_DELAY, f"{FAIL_LABEL}/jitter-delay": HOLD_DELAY}
+        replicated = [{"name": rj["name"], "template": {"spec": {"template": {"metadata": {
+            "labels": {FAIL_LABEL: "true"}, "annotations": annotations}}}}}
+            for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]]
+        job["spec"]["runtimePatches"] = [{"manager": "trainstack.io/e2e-hold", "trainingRuntimeSpec": {
+            "template": {"spec": {"replicatedJobs": replicated}}}}]
+    return job
+
+
+def submit(kube: Any, job: dict[str, Any]) -> None:
+    kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job))
+
+
+def release(kube: Any, namespace: str, name: str) -> None:
+    """Let KWOK complete the held pods of TrainJob `name`."""
+    kube.kubectl("label", "pods", "-n", namespace, "-l", f"{JOBSET_NAME_LABEL}={name}", f"{FAIL_LABEL}-")
+
+
+def trainjob(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+    return kube.kubectl_json("get", "trainjobs.trainer.kubeflow.org", name, "-n", namespace)
+
+
+def conditions(obj: dict[str, Any]) -> dict[str, str]:
+    return {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def workload(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
+    """Kueue's Workload of TrainJob `name` (by owner reference), or None."""
+    for item in kube.kubectl_json("get", "workloads.kueue.x-k8s.io", "-n", namespace)["items"]:
+        if any(ref.get("kind") == "TrainJob" and ref.get("name") == name
+               for ref in item["metadata"].get("ownerReferences") or []):
+            return item
+    return None
+
+
+def pods(kube: Any, namespace: str, name: str) -> list[dict[str, Any]]:
+    return kube.kubectl_json("get", "pods", "-n", namespace, "-l", f"{JOBSET_NAME_LABEL}={name}")["items"]
+
+
+def state(kube: Any, namespace: str, name: str) -> dict[str, Any]:
+    """What a user sees of one TrainJob under Kueue: suspended, admitted, its pods and their nodes."""
+    job = trainjob(kube, namespace, name)
+    wl = workload(kube, namespace, name)
+    wl_conds = conditions(wl) if wl else {}
+    running = [p for p in pods(kube, namespace, name) if (p.get("status") or {}).get("phase") == "Running"]
+    job_conds = conditions(job)
+    return {
+        "suspended": bool(job["spec"].get("suspend")),
+        "workload": (wl or {}).get("metadata", {}).get("name"),
+        "admitted": wl_conds.get("Admitted") == "True",
+        "quota_reserved": wl_conds.get("QuotaReserved") == "True",
+        "pending_reason": next((c.get("message", "") for c in ((wl or {}).get("status") or {}).get("conditions") or []
+                                if c["type"] == "QuotaReserved" and c["status"] != "True"), ""),
+        "running_pods": len(running),
+        "complete": job_conds.get("Complete") == "True",
+        "failed": job_conds.get("Failed") == "True",
+    }
+
+
+def wait_until(check, what: str, timeout: float = 90, interval: float = 1.0) -> Any:
+    """Poll `check()` until it returns something true; a UserError with the last value after `timeout`."""
+    deadline = time.monotonic() + timeout
+    value = None
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(interval)
+    raise UserError(f"not within {timeout:.0f}s: {what} (last: {json.dumps(value, default=str)[:600]})")
+
+
+def gpu_usage(kube: Any, cluster_queue: str) -> dict[str, int]:
+    """ClusterQueue `cluster_queue`'s admitted GPUs: {"total": n, "borrowed": m} (Kueue's status)."""
+    status = kube.kubectl_json("get", "clusterqueues.kueue.x-k8s.io", cluster_queue).get("status") or {}
+    total = borrowed = 0
+    for flavor in status.get("flavorsUsage") or []:
+        for res in flavor.get("resources") or []:
+            if res["name"] == GPU_RESOURCE:
+                total += int(res.get("total", "0"))
+                borrowed += int(res.get("borrowed", "0"))
+    return {"total": total, "borrowed": borrowed}

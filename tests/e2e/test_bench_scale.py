@@ -1,0 +1,87 @@
+"""`trainstack bench scale --quick` end to end (100 TrainJobs, then the same workloads as raw JobSets
+and raw Jobs, on 10 fake GPU nodes): the results file has the keys the benchmark promises, every
+workload of every path completed (none lost under load), and the picture is written. Plus the
+pieces it relies on, without a cluster: the controllers' metrics on 127.0.0.1 and the workload mix."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import run_cli
+from trainstack.cluster.local import BINARIES
+from trainstack.e2e import scale
+from trainstack.e2e.hostcontrollers import HostController
+
+from .conftest import need_binaries
+
+KEYS = ("trainjobs", "nodes", "trainjob_per_s", "raw_jobset_per_s", "raw_job_per_s", "ratio_vs_jobset", "stages",
+        "trainer_cpu_s", "trainer_peak_rss_mb", "jobset_cpu_s", "jobset_peak_rss_mb")
+
+
+@pytest.mark.e2e
+def test_quick_scale_bench_completes_every_workload_on_every_path(tmp_path):
+    need_binaries(*BINARIES, "helm", "trainer-controller-manager", "jobset-controller")
+    result = run_cli("bench", "scale", "--quick", "--results-dir", str(tmp_path), timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
+    data = json.loads((tmp_path / "scale.json").read_text())
+    assert set(KEYS) <= set(data), sorted(set(KEYS) - set(data))
+    assert (data["trainjobs"], data["nodes"]) == (100, 10)
+    for path in scale.PATHS:
+        got = data["paths"][path]
+        assert (got["workloads"], got["completed"], got["failed"], got["lost"]) == (100, 100, 0, 0), (path, got)
+        assert got["create_errors"] == 0, got.get("last_create_error")
+        assert got["per_s"] > 0 and got["completions_curve"][-1][1] == 100
+        want = scale.STAGES if path == "trainjob" else scale.STAGES[1:]
+        assert set(got["stages"]) == set(want), path
+        for stage, pct in got["stages"].items():
+            assert 0 <= pct["p50"] <= pct["p90"] <= pct["p99"] <= pct["max"], (path, stage, pct)
+        assert got["pods"] == data["pods"] >= 100  # the same workloads: 1-4 pods each
+    stages = data["stages"]
+    assert stages["jobset_created"]["p50"] <= stages["pods_created"]["p50"] <= stages["complete"]["p50"]
+    assert data["ratio_vs_jobset"] == round(data["trainjob_per_s"] / data["raw_jobset_per_s"], 2)
+    # measured, not assumed: the controllers ran, used memory and reconciled every workload
+    assert data["trainer_cpu_s"] > 0 and data["jobset_cpu_s"] > 0
+    assert data["trainer_peak_rss_mb"] > 10 and data["jobset_peak_rss_mb"] > 10
+    controllers = data["paths"]["trainjob"]["controllers"]
+    assert sum(v for k, v in controllers["jobset-controller"]["reconciles"].items() if k.endswith("/success")) >= 100
+    assert sum(controllers["trainer-controller-manager"]["api_requests"].values()) >= 100
+    for name in ("trainer-controller-manager", "jobset-controller"):  # the workers each really ran with
+        assert controllers[name]["max_concurrent_reconciles"], name
+    assert data["paths"]["trainjob"]["apiserver"]["requests"].get("trainjobs/POST", 0) >= 100
+    png = (tmp_path / "scale.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
+
+
+def test_host_controllers_serve_metrics_on_loopback(tmp_path):
+    ctl = HostController(deployment="jobset-controller", namespace="kubeflow-system", binary_name="jobset-controller",
+                         service_account="sa", selector={}, pod_labels={}, extra_args=[], workdir=tmp_path,
+                         config={"apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration"},
+                         webhook_port=30001, health_port=30002, metrics_port=30003)
+    assert ctl.host_config()["metrics"]["bindAddress"] == "127.0.0.1:30003"
+    assert ctl.metrics_url == "https://127.0.0.1:30003/metrics"
+
+
+def test_workload_mix_is_fixed_by_the_seed_and_in_bounds():
+    available = [name for name, _ in scale.MIX]
+    first, again = scale.workloads(300, available), scale.workloads(300, available)
+    assert first == again
+    assert {w.runtime for w in first} == set(available)
+    assert {w.num_nodes for w in first} == set(range(1, scale.MAX_NODES_PER_JOB + 1))
+    assert scale.workloads(300, available, seed=1) != first
+
+
+def test_raw_jobs_keep_the_jobset_pod_template_and_count():
+    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+              "metadata": {"name": "w00001", "namespace": "a", "ownerReferences": [{"kind": "TrainJob"}]},
+              "spec": {"replicatedJobs": [{"name": "node", "replicas": 2, "template": {"spec": {
+                  "parallelism": 3, "completions": 3, "template": {"metadata": {"labels": {
+                      "jobset.sigs.k8s.io/jobset-name": "w00001", "app": "x"}},
+                      "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}}}]}}
+    assert scale.expected_pods(jobset) == 6
+    raw = scale.raw_jobset(jobset, "b")
+    assert raw["metadata"] == {"name": "w00001", "namespace": "b", "labels": {scale.SCALE_LABEL: "w00001"}}
+    jobs = scale.raw_jobs(jobset, "c")
+    assert [j["metadata"]["name"] for j in jobs] == ["w00001-node-0", "w00001-node-1"]
+    assert jobs[0]["spec"]["template"]["metadata"]["labels"] == {"app": "x", scale.SCALE_LABEL: "w00001"}
+    assert sum(j["spec"]["parallelism"] for j in jobs) == scale.expected_pods(jobset)

@@ -1,0 +1,168 @@
+"""`trainstack e2e --gitops`: the real Argo CD (pinned, built from its module) syncs the platform from a
+git repository of this checkout onto the local cluster's real node. One cluster for the module: the
+suite's steps run once, in order (each needs the ones before); each test checks what one step proved,
+from the cluster and Argo CD's own status, not from the step's prose.
+
+Needs `make setup-gitops` (Argo CD is not in `make setup`: its cold build is too slow for the default
+setup, see docs/gitops.md); without the Argo CD binary the module is skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from trainstack import lock as lockmod
+from trainstack import paths, tools
+from trainstack.e2e import gitops as gitopsmod
+from trainstack.e2e import suite as suitemod
+from trainstack.e2e.providers.local import LocalProvider
+from trainstack.errors import UserError
+
+from .conftest import need_binaries
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+
+e2e = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def gitops() -> Iterator[gitopsmod.GitOpsSuite]:
+    if tools.find("argocd") is None:
+        pytest.skip("Argo CD is not built: run 'make setup-gitops' (not part of make setup, docs/gitops.md)")
+    need_binaries("helm", "kustomize", "registry", "kubelet", "containerd")
+    run_dir = paths.cache_dir() / "e2e" / f"pytest-gitops-{os.getpid()}"
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
+    provider = LocalProvider(run_dir, nodes="real")
+    suite = gitopsmod.GitOpsSuite(provider, "dev", run_dir)
+    try:
+        try:
+            suite.run()
+        except UserError as err:
+            suite.failure = err.message  # type: ignore[attr-defined]
+        yield suite
+    finally:
+        suite.stop()
+        provider.down(keep=False)
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+def passed(suite: gitopsmod.GitOpsSuite, prefix: str) -> suitemod.Step:
+    step = next((s for s in suite.steps if s.name.startswith(prefix)), None)
+    assert step is not None, f"no step {prefix!r}"
+    assert step.result == "pass", f"{step.name}: {step.result}: {step.detail or getattr(suite, 'failure', '')}"
+    return step
+
+
+@e2e
+def test_applicationset_generates_the_application_for_the_labelled_cluster(gitops):
+    passed(gitops, "cluster Secret, repository, AppProject, ApplicationSet")
+    assert gitops.app.startswith("trainstack-dev-")
+
+
+@e2e
+def test_application_synced_and_healthy_through_the_plugin(gitops):
+    passed(gitops, "Application Synced and Healthy (plugin)")
+    passed(gitops, "CRDs established")
+    passed(gitops, "controllers and webhooks ready")
+    passed(gitops, "golden runtimes installed")
+    passed(gitops, "policies installed")
+
+
+@e2e
+def test_objects_were_applied_in_sync_wave_order(gitops):
+    step = passed(gitops, "sync waves in order")
+    # every wave of overlays/base was seen, in order
+    waves = [int(part.split(":")[0].split()[1]) for part in step.detail.split("; ")]
+    assert waves == sorted(waves) and waves[0] == -2 and 3 in waves, step.detail
+
+
+@e2e
+def test_trainer_crds_are_applied_server_side(gitops):
+    for name in gitopsmod.TRAINER_CRDS:
+        crd = gitops.kube.kubectl_json("get", "crd", name, "--show-managed-fields")
+        assert "kubectl.kubernetes.io/last-applied-configuration" not in (crd["metadata"].get("annotations") or {})
+        assert any(m.get("manager") == "argocd-controller" and m.get("operation") == "Apply"
+                   for m in crd["metadata"]["managedFields"])
+    passed(gitops, "Trainer CRDs applied server-side")
+
+
+@e2e
+def test_no_drift_after_two_reconciles(gitops):
+    passed(gitops, "no drift after two more reconciles")
+
+
+@e2e
+def test_trainjob_health_progressing_healthy_and_degraded(gitops):
+    step = passed(gitops, "TrainJob health from git")
+    assert "gitops-ok " in step.detail and "Progressing -> Healthy" in step.detail.split("gitops-fails")[0]
+    assert step.detail.split("gitops-fails ")[1].split(";")[0].endswith("Degraded")
+
+
+@e2e
+def test_a_commit_changing_a_value_reaches_the_cluster(gitops):
+    passed(gitops, "a git commit reaches the cluster")
+    before, after = gitops.replicas  # read from the Deployment before the commit and after its sync
+    assert after == before + 1
+
+
+@e2e
+def test_published_chart_with_values_from_git_syncs(gitops):
+    passed(gitops, "chart published to the cluster's OCI registry")
+    passed(gitops, "published OCI chart with values from git")
+
+
+@e2e
+def test_deleting_the_application_keeps_crds_and_trainjobs(gitops):
+    passed(gitops, "deleting the Application keeps CRDs and TrainJobs")
+    names = {t["metadata"]["name"] for t in gitops.kube.kubectl_json("get", "trainjobs", "-n", suitemod.SMOKE_NS)["items"]}
+    assert {"gitops-ok", "gitops-fails"} <= names
+    crds = {c["metadata"]["name"] for c in gitops.kube.kubectl_json("get", "crds")["items"]}
+    assert set(gitopsmod.TRAINER_CRDS) <= crds
+    assert not gitops.kube.kubectl_json("get", "deployments", "-n", suitemod.NAMESPACE)["items"]
+
+
+# -- without a cluster: how Argo CD is built and what `--gitops` refuses ----------------------------
+
+def test_argocd_builds_through_a_wrapper_with_upstreams_versioned_replaces_and_the_pinned_toolchain():
+    lock = lockmod.load(ROOT / "trainstack.lock.yaml")
+    tool = lock.tool("argocd")
+    assert tool.go_toolchain.startswith("go1.27.") and tool.copy_replaces
+    assert dict(tool.requires) == {"github.com/argoproj/argo-cd/gitops-engine/v3": tool.version}
+    assert tool.version == lock.source("argocd").version  # one pin: the CRDs and the binary agree
+    env = {**os.environ, "GOTOOLCHAIN": tool.go_toolchain, "GOFLAGS": "-mod=mod"}
+    go_mod = tools.module_info(tool.module, tool.version, env)["GoMod"]
+    replaces = tools._upstream_replaces(go_mod, env)  # noqa: SLF001
+    assert "-replace=k8s.io/client-go=k8s.io/client-go@v0.37.0" in replaces
+    assert not [r for r in replaces if "gitops-engine" in r]  # the local-path one is replaced by `require`
+    # a tier of its own: `trainstack tools install` (make setup) leaves it to make setup-gitops
+    assert tool.tier == "gitops"
+    assert "argocd" not in [t.name for t in tools.selected(None, lock)]
+    assert [t.name for t in tools.selected(["argocd"], lock)] == ["argocd"]
+
+
+def test_the_built_argocd_reports_the_pinned_version():
+    binary = tools.find("argocd")
+    if binary is None:
+        pytest.skip("Argo CD is not built: run 'make setup-gitops'")
+    out = subprocess.run([str(binary), "version", "--client", "--short"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and lockmod.load(ROOT / "trainstack.lock.yaml").tool("argocd").version in out.stdout
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["--provider", "kind"], "--gitops runs on --provider local"),
+    (["--nodes", "kwok"], "--gitops runs on the real node"),
+    (["--data-cache"], "cannot be combined"),
+])
+def test_gitops_refuses_what_it_cannot_run_in_one_line(args, fragment):
+    result = subprocess.run([sys.executable, "-m", "trainstack", "e2e", "--gitops", *args], capture_output=True,
+                            text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 2
+    lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], result.stderr
