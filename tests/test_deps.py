@@ -8,7 +8,6 @@ import tarfile
 
 import pytest
 import yaml
-
 from conftest import ROOT, assert_one_line_error, run_cli
 
 pytestmark = pytest.mark.slow
@@ -31,15 +30,17 @@ def test_source_build_is_byte_stable_and_matches_published_layout(chart_ready, l
     for name in built_a:
         assert (first / f"{name}-{lock.chart(name).version}.tgz").read_bytes() == \
                (second / f"{name}-{lock.chart(name).version}.tgz").read_bytes()
-    with tarfile.open(first / "jobset-0.12.0.tgz") as archive:
+    jobset, lws, trainer = (lock.chart(n).version for n in ("jobset", "lws", "kubeflow-trainer"))
+    with tarfile.open(first / f"jobset-{jobset}.tgz") as archive:
         values = yaml.safe_load(archive.extractfile("jobset/values.yaml").read())
-        assert values["image"]["repository"] == "registry.k8s.io/jobset/jobset"  # not the git staging image
+        image = lock.image("jobset-controller")
+        assert values["image"]["repository"] == f"{image.registry}/{image.repository}"  # not the git staging image
         assert values["image"]["pullPolicy"] == "IfNotPresent"
-    with tarfile.open(first / "lws-0.8.0.tgz") as archive:
-        assert yaml.safe_load(archive.extractfile("lws/Chart.yaml").read())["version"] == "0.8.0"  # git says 0.1.0
-    with tarfile.open(first / "kubeflow-trainer-2.3.0.tgz") as archive:
+    with tarfile.open(first / f"lws-{lws}.tgz") as archive:
+        assert yaml.safe_load(archive.extractfile("lws/Chart.yaml").read())["version"] == lws  # git says 0.1.0
+    with tarfile.open(first / f"kubeflow-trainer-{trainer}.tgz") as archive:
         names = archive.getnames()
-        assert "kubeflow-trainer/charts/jobset-0.12.0.tgz" in names
+        assert f"kubeflow-trainer/charts/jobset-{jobset}.tgz" in names
 
 
 def test_checksum_mismatch_is_refused(lock, tmp_path):

@@ -6,7 +6,6 @@ import re
 import tomllib
 
 import yaml
-
 from conftest import ROOT, assert_one_line_error, run_cli
 
 
@@ -35,39 +34,70 @@ def test_required_pins_are_present(lock):
     assert "kubectl" in lock.tool("kubernetes").packages
 
 
-def test_pyproject_dependencies_match_the_lock(lock):
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-
-    def as_map(requirements):
-        return {re.split(r"[<>=!~ ]", r, maxsplit=1)[0]: r[len(re.split(r"[<>=!~ ]", r, maxsplit=1)[0]):]
-                for r in requirements}
-
-    python = lock.data["python"]
-    assert project["requires-python"] == python["requires-python"]
-    assert as_map(project["dependencies"]) == python["dependencies"]
-    assert as_map(project["optional-dependencies"]["test"]) == python["test"]
-    assert as_map(project["optional-dependencies"]["train"]) == python["train"]
+def test_every_file_carries_the_locks_versions():
+    """Chart.yaml, the values' image keys, the chart README header and pyproject.toml are written
+    from the lock by `trainstack lock sync`; `lock sync --check` fails when one is stale."""
+    result = run_cli("lock", "sync", "--check")
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_chart_dependencies_match_the_lock(lock):
-    chart = yaml.safe_load((ROOT / "charts/trainstack/Chart.yaml").read_text())
-    deps = {d["name"]: d for d in chart["dependencies"]}
-    for pin in lock.charts():
-        assert deps[pin.name]["version"] == pin.version
-        assert deps[pin.name]["repository"] == pin.oci
+def _copy_synced_files(tmp_path):
+    from trainstack import locksync
+
+    for rel, _ in locksync.TARGETS:
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text((ROOT / rel).read_text())
+    (tmp_path / "trainstack.lock.yaml").write_text((ROOT / "trainstack.lock.yaml").read_text())
 
 
-def test_chart_values_use_the_locked_images(lock):
-    values = yaml.safe_load((ROOT / "charts/trainstack/values.yaml").read_text())
-    trainer = lock.image("trainer-controller-manager")
-    image = values["kubeflow-trainer"]["image"]
-    assert (image["registry"], image["repository"], image["tag"]) == (trainer.registry, trainer.repository, trainer.tag)
-    jobset = lock.image("jobset-controller")
-    assert values["jobset"]["image"]["repository"] == f"{jobset.registry}/{jobset.repository}"
-    assert values["jobset"]["image"]["tag"] == jobset.tag
-    lws = lock.image("lws-controller")
-    assert values["lws"]["image"]["manager"]["repository"] == f"{lws.registry}/{lws.repository}"
-    assert values["lws"]["image"]["manager"]["tag"] == lws.tag
+def test_lock_sync_writes_a_new_version_everywhere_and_keeps_comments(tmp_path):
+    from trainstack import lock as lockmod
+    from trainstack import locksync
+
+    _copy_synced_files(tmp_path)
+    lock_path = tmp_path / "trainstack.lock.yaml"
+    text = lock_path.read_text()
+    old = lockmod.load(lock_path)
+    kueue, jobset_tag = old.chart("kueue").version, old.image("jobset-controller").tag
+    text = text.replace(f"    version: {kueue}\n    oci: oci://", "    version: 9.8.7\n    oci: oci://", 1)
+    text = text.replace(f"repository: jobset/jobset, tag: {jobset_tag},", "repository: jobset/jobset, tag: v9.9.9,")
+    text = text.replace('    rich: ">=13.7"', '    rich: ">=14.0"')
+    lock_path.write_text(text)
+    lockmod._load.cache_clear()  # the loader caches by path
+    new = lockmod.load(lock_path)
+    assert new.chart("kueue").version == "9.8.7" and new.image("jobset-controller").tag == "v9.9.9"
+
+    before = {rel: (tmp_path / rel).read_text() for rel, _ in locksync.TARGETS}
+    stale = locksync.sync(tmp_path, new, check=True)
+    assert set(stale) == {"charts/trainstack/Chart.yaml", "charts/trainstack/values.yaml",
+                          "charts/trainstack/README.header.md", "pyproject.toml"}
+    assert {rel: (tmp_path / rel).read_text() for rel, _ in locksync.TARGETS} == before, "--check writes nothing"
+    assert sorted(locksync.sync(tmp_path, new)) == sorted(stale)
+    assert locksync.sync(tmp_path, new, check=True) == []
+
+    chart = yaml.safe_load((tmp_path / "charts/trainstack/Chart.yaml").read_text())
+    assert {d["name"]: d["version"] for d in chart["dependencies"]}["kueue"] == "9.8.7"
+    values = yaml.safe_load((tmp_path / "charts/trainstack/values.yaml").read_text())
+    assert values["jobset"]["image"]["tag"] == "v9.9.9"
+    assert "| `kueue` | 9.8.7 |" in (tmp_path / "charts/trainstack/README.header.md").read_text()
+    project = tomllib.loads((tmp_path / "pyproject.toml").read_text())["project"]
+    assert "rich>=14.0" in project["dependencies"]
+    # only the versions changed: every comment line of values.yaml and Chart.yaml is still there
+    for rel in ("charts/trainstack/values.yaml", "charts/trainstack/Chart.yaml", "pyproject.toml"):
+        comments = [ln for ln in before[rel].splitlines() if ln.lstrip().startswith("#")]
+        after = (tmp_path / rel).read_text().splitlines()
+        assert all(c in after for c in comments), rel
+        changed = [ln for ln in after if ln not in before[rel].splitlines()]
+        assert 0 < len(changed) <= 2, (rel, changed)
+
+
+def test_a_chart_the_lock_pins_but_chart_yaml_lacks_is_one_line(tmp_path):
+    _copy_synced_files(tmp_path)
+    chart = tmp_path / "charts/trainstack/Chart.yaml"
+    chart.write_text(re.sub(r"  - name: kueue\n(    .*\n)+", "", chart.read_text()))
+    result = run_cli("lock", "sync", env={"TRAINSTACK_LOCK": str(tmp_path / "trainstack.lock.yaml"),
+                                          "TRAINSTACK_ROOT": str(tmp_path)})
+    assert_one_line_error(result, "charts/trainstack/Chart.yaml: dependencies has no kueue")
 
 
 def test_missing_lock_entry_is_one_clear_line(tmp_path):

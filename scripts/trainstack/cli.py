@@ -74,10 +74,26 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_lock(args: argparse.Namespace) -> int:
-    from . import deps, lock, paths
+    from . import deps, lock, locksync, paths
 
     loaded = lock.load()
+    if args.lock_command == "sync":
+        problems = loaded.problems()
+        if problems:  # never write versions from a lock that is not sound
+            raise UserError(problems[0], "fix trainstack.lock.yaml, then run 'trainstack lock sync' again")
+        written = locksync.sync(lock=loaded, check=args.check)
+        verb = "stale" if args.check else "wrote"
+        for rel in written:
+            print(f"{verb}: {rel}" + (" (run 'trainstack lock sync')" if args.check else ""))
+        if not written:
+            print("every version is as the lock pins it")
+        return 1 if (args.check and written) else 0
     problems = loaded.problems()
+    try:
+        problems += [f"{rel} does not carry the lock's versions (run 'trainstack lock sync')"
+                     for rel in locksync.sync(lock=loaded, check=True)]
+    except UserError as err:
+        problems.append(err.message)
     try:
         deps.verify_chart_lock(paths.chart_dir(), loaded)
     except UserError as err:
@@ -132,7 +148,10 @@ def build_parser() -> argparse.ArgumentParser:
     render_p.set_defaults(func=_cmd_render)
 
     lock_p = sub.add_parser("lock", help="check trainstack.lock.yaml")
-    lock_p.add_argument("lock_command", choices=["check"])
+    lock_p.add_argument("lock_command", choices=["check", "sync"],
+                        help="check: the lock is sound and every file carries its versions; sync: write them "
+                        "(Chart.yaml, values.yaml image keys, the chart README header, pyproject.toml)")
+    lock_p.add_argument("--check", action="store_true", help="sync: write nothing, fail when a file is stale")
     lock_p.add_argument("--output", choices=["text", "json"], default="text")
     lock_p.set_defaults(func=_cmd_lock)
 

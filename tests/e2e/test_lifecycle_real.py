@@ -6,34 +6,13 @@ the same pods, with no container restart, end Complete. One real-node cluster fo
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import pytest
-from trainstack import paths
-from trainstack.cluster.local import BINARIES
-from trainstack.e2e import suite as suitemod
 from trainstack.e2e.faults import real_node_fault
-from trainstack.e2e.providers.local import REAL_NODE_TOOLS, LocalProvider
-
-from .conftest import need_binaries, run_first_steps
 
 pytestmark = pytest.mark.e2e
 
 
-@pytest.fixture(scope="module")
-def real_platform():
-    need_binaries(*BINARIES, *REAL_NODE_TOOLS, "helm")
-    run_dir = paths.cache_dir() / "e2e" / f"lcr-{os.getpid()}"  # short: containerd sockets live under it
-    shutil.rmtree(run_dir, ignore_errors=True)
-    run_dir.mkdir(parents=True)
-    provider = LocalProvider(run_dir, nodes="real")
-    suite = suitemod.Suite(provider, "dev", run_dir)
-    try:
-        yield run_first_steps(suite)
-    finally:
-        provider.down(keep=False)
-        shutil.rmtree(run_dir, ignore_errors=True)
+# real_platform: tests/e2e/conftest.py (one real-node cluster for both faults)
 
 
 @pytest.mark.parametrize("component", ["kubelet", "containerd"])
