@@ -8,7 +8,7 @@ ENV ?= dev
 PROVIDER ?= local
 PYTEST_ARGS ?=
 
-.PHONY: setup venv tools deps render validate test test-fast e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lock-check clean help
+.PHONY: setup setup-chart venv tools deps render validate test test-fast e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lock-check clean help
 .PHONY: setup-gitops e2e-gitops
 
 help: ## list the targets
@@ -22,10 +22,13 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## create .venv with the trainstack package
 
-setup: venv ## venv + pinned tools + the real node's Debian packages + chart dependencies + torch (each step skips itself when done)
+setup-chart: venv ## the chart tier: helm v4 and v3, kustomize and the chart dependencies (enough for render, validate, docs)
+	$(TS) tools install --tier chart
+	$(TS) deps
+
+setup: setup-chart ## setup-chart + the cluster tools + the real node's Debian packages + torch (each step skips itself when done)
 	$(TS) tools install
 	$(TS) node prereqs
-	$(TS) deps
 	$(TS) smoke install
 
 tools: venv ## build the pinned CLIs into ~/.cache/trainstack
@@ -34,10 +37,10 @@ tools: venv ## build the pinned CLIs into ~/.cache/trainstack
 deps: venv ## chart dependencies (OCI, else pinned upstream source)
 	$(TS) deps
 
-render: setup ## render ENV (default dev) to stdout
+render: setup-chart ## render ENV (default dev) to stdout
 	$(TS) render --env $(ENV)
 
-validate: setup ## validate ENV (default dev): schemas, CRD CEL rules, formats, admission policies
+validate: setup-chart ## validate ENV (default dev): schemas, CRD CEL rules, formats, admission policies
 	$(TS) validate --env $(ENV) --policies
 
 docs: venv ## regenerate generated docs (chart README)

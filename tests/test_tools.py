@@ -92,3 +92,20 @@ def test_helm_builds_default_to_their_client_gos_kubernetes_as_the_released_bina
     trainstack = helm.run(["template", "t", str(ROOT / "charts" / "trainstack"), "--namespace", "kubeflow-system"],
                           binary=name, check=False)
     assert trainstack.returncode == 0, trainstack.stderr
+
+
+def test_the_chart_tier_is_helm_and_kustomize_and_the_default_install_leaves_out_gitops(lock):
+    """`make setup-chart` (render, validate, docs) builds only the chart tier; `make setup` every
+    tool but a tier of its own (Argo CD: `make setup-gitops`)."""
+    from trainstack import tools
+
+    chart = {t.name for t in tools.selected(None, lock, tier="chart")}
+    assert chart == {"helm", "helm3", "kustomize"}
+    default = {t.name for t in tools.selected(None, lock)}
+    assert chart < default and "kubernetes" in default - chart
+    assert not {t.name for t in lock.tools() if t.tier == "gitops"} & default
+    assert {t.name for t in tools.selected(["kwok"], lock)} == {"kwok"}
+
+
+def test_an_unknown_tier_is_one_line():
+    assert_one_line_error(run_cli("tools", "install", "--tier", "nope"), "--tier nope: no such tier (tiers: chart")

@@ -23,7 +23,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _cmd_tools(args: argparse.Namespace) -> int:
-    from . import tools
+    from . import lock, tools
 
     if args.tools_command == "list":
         rows = tools.status()
@@ -33,7 +33,13 @@ def _cmd_tools(args: argparse.Namespace) -> int:
             progress.table("pinned tools", ["tool", "binary", "version", "path", "status"],
                            [(r.tool, r.binary, r.version, r.path, r.status) for r in rows])
         return 0
-    rows = tools.install(args.names or None, include_optional=not args.skip_optional)
+    if args.names and args.tier:
+        raise UsageError("give tool names or --tier, not both", "see 'trainstack tools install --help'")
+    known = sorted({t.tier for t in lock.load().tools()} - {""})
+    if args.tier and args.tier not in known:
+        raise UsageError(f"--tier {args.tier}: no such tier (tiers: {', '.join(known)})",
+                         "see trainstack.lock.yaml, tools.*.tier")
+    rows = tools.install(args.names or None, include_optional=not args.skip_optional, tier=args.tier)
     if all(action == "up to date" for _, _, action, _ in rows):
         progress.info(f"all {len(rows)} pinned tools are up to date; nothing to do")
     progress.table("trainstack tools install", ["tool", "version", "action", "seconds"],
@@ -129,6 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     install_p = tools_sub.add_parser("install", help="build missing tools into the cache (idempotent)")
     install_p.add_argument("names", nargs="*", help="tools to install (default: all in the lock but those of a setup tier, e.g. argocd: make setup-gitops)")
     install_p.add_argument("--skip-optional", action="store_true", help="skip the upstream controllers (e2e only)")
+    install_p.add_argument("--tier", help="only the tools of this setup tier: chart (helm, kustomize: render, validate, "
+                           "docs) or gitops (Argo CD)")
     list_p = tools_sub.add_parser("list", help="tool, pinned version, path, status")
     list_p.add_argument("--output", choices=["text", "json"], default="text")
     tools_p.set_defaults(func=_cmd_tools)

@@ -220,18 +220,26 @@ def _build(tool: lockmod.Tool) -> dict:
     return binaries
 
 
-def selected(names: list[str] | None, lock: lockmod.Lock, include_optional: bool = True) -> list[lockmod.Tool]:
-    """The named tools, or every tool but those of a setup tier of their own (and, optionally, the optional ones)."""
+# Setup tiers: `chart` (what render, validate and docs need) is part of the default install;
+# another tier (gitops) is built only when asked for by name or tier.
+DEFAULT_TIERS = ("chart", "")
+
+
+def selected(names: list[str] | None, lock: lockmod.Lock, include_optional: bool = True,
+             tier: str | None = None) -> list[lockmod.Tool]:
+    """The named tools; or those of `tier`; or every tool of the default tiers (and, optionally, the optional ones)."""
     if names:
         return [lock.tool(n) for n in names]
-    return [t for t in lock.tools() if (include_optional or not t.optional) and not t.tier]
+    if tier is not None:
+        return [t for t in lock.tools() if t.tier == tier]
+    return [t for t in lock.tools() if (include_optional or not t.optional) and t.tier in DEFAULT_TIERS]
 
 
 def install(names: list[str] | None = None, lock: lockmod.Lock | None = None,
-            include_optional: bool = True) -> list[tuple[str, str, str, float]]:
+            include_optional: bool = True, tier: str | None = None) -> list[tuple[str, str, str, float]]:
     """Install the named tools (default: all). Returns (tool, version, action, seconds) rows."""
     lock = lock or lockmod.load()
-    wanted = selected(names, lock, include_optional)
+    wanted = selected(names, lock, include_optional, tier)
     rows = []
     for tool in wanted:
         start = time.monotonic()
