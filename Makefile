@@ -58,8 +58,8 @@ test-fast: venv ## the tests that need no built tools
 e2e: setup ## smoke TrainJobs end to end (PROVIDER=local|kind|existing|auto, ENV=dev)
 	$(TS) e2e --provider $(PROVIDER) --env $(ENV)
 
-setup-gitops: setup ## make setup + Argo CD (built from its module with the pinned Go toolchain; not in make setup: slow cold build)
-	$(TS) tools install argocd
+setup-gitops: setup ## make setup + the gitops tier: Argo CD (built from its module with the pinned Go toolchain; not in make setup: a cold build of about 22 min here)
+	$(TS) tools install --tier gitops
 
 e2e-gitops: setup-gitops ## the platform synced from git by the real Argo CD on the local cluster's real node
 	$(TS) e2e --provider local --env $(ENV) --gitops
@@ -67,8 +67,8 @@ e2e-gitops: setup-gitops ## the platform synced from git by the real Argo CD on 
 e2e-data-cache: setup ## make e2e with the LWS data cache on
 	$(TS) e2e --provider $(PROVIDER) --env $(ENV) --data-cache
 
-e2e-lifecycle: setup ## upgrade from the last release (helm v4, then v3), rollback, faults (KWOK and real node), backup restore (make test runs it too)
-	$(VENV)/bin/pytest tests/e2e/test_lifecycle.py tests/e2e/test_lifecycle_real.py $(PYTEST_ARGS)
+e2e-lifecycle: setup ## upgrade from the last release (helm v4, then v3), rollback, faults (KWOK and real node), backup restore, migration from upstream's chart (make test runs it too)
+	$(VENV)/bin/pytest tests/e2e/test_lifecycle.py tests/e2e/test_lifecycle_real.py tests/e2e/test_migrate_live.py $(PYTEST_ARGS)
 
 smoke-train: venv ## real torch DDP training smoke (two ranks on this machine)
 	$(TS) smoke install

@@ -58,14 +58,20 @@ def test_plan_from_upstream_defaults(chart_ready) -> None:
         "clustertrainingruntimes.trainer.kubeflow.org", "trainingruntimes.trainer.kubeflow.org",
         "trainjobs.trainer.kubeflow.org"))
     assert not [t for t in steps.get("delete", []) if t.startswith("CustomResourceDefinition/")]
-    # The controller, its webhooks (cluster-wide names: one Trainer per cluster) and JobSet are adopted.
-    for target in (f"Deployment/{NS}/kubeflow-trainer-controller-manager",
+    # The controller's Service, its webhooks (cluster-wide names: one Trainer per cluster) and JobSet's are adopted.
+    for target in (f"Service/{NS}/kubeflow-trainer-controller-manager",
                    "ValidatingWebhookConfiguration/validator.trainer.kubeflow.org",
                    "MutatingWebhookConfiguration/defaulter.trainer.kubeflow.org",
-                   f"Deployment/{NS}/jobset-controller", f"Secret/{NS}/kubeflow-trainer-webhook-cert"):
+                   f"ConfigMap/{NS}/jobset-controller-config", f"Secret/{NS}/kubeflow-trainer-webhook-cert"):
         assert target in steps["adopt"], target
-    # Every upstream object is either kept, adopted or deleted: nothing is left owned by nobody.
-    planned = set(steps["keep-crd"]) | set(steps["adopt"]) | set(steps.get("delete", []))
+    # The Deployments' selectors carry the release name (app.kubernetes.io/instance), immutable: they are
+    # re-created by the install, deleted right before it (after the release is forgotten), never adopted.
+    for target in (f"Deployment/{NS}/kubeflow-trainer-controller-manager", f"Deployment/{NS}/jobset-controller"):
+        assert target in steps["replace"] and target not in steps["adopt"], target
+    order = [a.step for a in actions]
+    assert order.index("forget-release") < order.index("replace") < order.index("install")
+    # Every upstream object is either kept, adopted, replaced or deleted: nothing is left owned by nobody.
+    planned = set(steps["keep-crd"]) | set(steps["adopt"]) | set(steps["replace"]) | set(steps.get("delete", []))
     assert {str(migrate.ref_of(o, NS)) for o in up} <= planned
 
 
@@ -98,6 +104,18 @@ def test_plan_with_upstream_runtimes_installed(chart_ready) -> None:
     deleted = set(steps["delete"])
     assert {f"ConfigMap/{NS}/kubeflow-trainer-runtimes-installer"} & deleted or any(
         "runtimes-installer" in t for t in deleted)
+
+
+def test_a_workload_is_replaced_only_when_its_selector_differs() -> None:
+    def deployment(name: str, instance: str) -> dict:
+        return {"kind": "Deployment", "metadata": {"name": name, "namespace": NS},
+                "spec": {"selector": {"matchLabels": {"app.kubernetes.io/instance": instance}}}}
+
+    up = [deployment("same", "x"), deployment("moved", "kubeflow-trainer")]
+    ours = [deployment("same", "x"), deployment("moved", "trainstack")]
+    steps = by_step(migrate.plan(up, ours, NS, "kubeflow-trainer", [], []))
+    assert steps["adopt"] == [f"Deployment/{NS}/same"]
+    assert steps["replace"] == [f"Deployment/{NS}/moved"]
 
 
 def test_unfinished_users() -> None:

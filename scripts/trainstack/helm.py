@@ -11,7 +11,7 @@ from pathlib import Path
 
 from . import lock as lockmod
 from . import paths, tools
-from .errors import UserError
+from .errors import UserError, output_line
 
 
 def env(lock: lockmod.Lock | None = None) -> dict[str, str]:
@@ -37,8 +37,4 @@ def run(args: list[str], lock: lockmod.Lock | None = None, timeout: float | None
 
 def first_error_line(text: str) -> str:
     """The line of helm/kustomize output that says what went wrong."""
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    for line in lines:
-        if line.lower().startswith("error"):
-            return line
-    return lines[-1] if lines else "no output"
+    return output_line(text)

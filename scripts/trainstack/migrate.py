@@ -7,14 +7,19 @@ a post-install hook Job. The handover, in order:
 
 1. keep the CRDs: `helm.sh/resource-policy: keep` and no release ownership (trainstack ships them
    in crds/, where no release owns them); then the new CRDs are applied server-side;
-2. adopt what trainstack renders under the same kind, namespace and name (Deployments, Services,
+2. adopt what trainstack renders under the same kind, namespace and name (Services, ConfigMaps,
    webhook configurations, RBAC, runtimes of the same name): Helm's ownership annotations are set
    to the trainstack release, so `helm install` takes them over instead of refusing;
 3. forget the upstream release: its release records (Secrets `sh.helm.release.v1.NAME.*`) are
-   deleted; no object of it is deleted by this;
-4. `helm install trainstack` with the pinned helm and the environment's values, then wait until the
-   controllers are Available and the golden runtimes exist;
-5. remove what only upstream had (e.g. the runtime installer's ConfigMap and RBAC), and upstream's
+   deleted; no object of it is deleted by this and none of its hooks runs;
+4. replace the workloads whose immutable selector differs from trainstack's (upstream's controller
+   Deployments select on `app.kubernetes.io/instance: NAME`): deleted right before the install
+   re-creates them (the controllers restart; no CRD, TrainJob or JobSet is touched);
+5. `helm install trainstack --force-conflicts` with the pinned helm and the environment's values
+   (the adopted objects carry fields others applied server-side, e.g. upstream's runtime installer's
+   `kubectl apply --server-side`), then wait until the controllers are Available and the golden
+   runtimes exist;
+6. remove what only upstream had (e.g. the runtime installer's ConfigMap and RBAC), and upstream's
    installed runtimes, only now that the golden ones exist and only when no unfinished TrainJob
    uses them (those are kept and listed).
 
@@ -51,6 +56,9 @@ CLUSTER_SCOPED = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding
                   "ValidatingWebhookConfiguration", "ClusterTrainingRuntime", "ValidatingAdmissionPolicy",
                   "ValidatingAdmissionPolicyBinding", "PriorityClass", "Namespace"}
 TERMINAL = ("Complete", "Failed")
+# Kinds whose spec.selector is immutable: when trainstack's differs (it carries the release name in
+# app.kubernetes.io/instance), the object cannot be adopted in place and is re-created by the install.
+WORKLOADS = {"Deployment", "StatefulSet", "DaemonSet"}
 
 
 @dataclass(frozen=True)
@@ -65,7 +73,7 @@ class Ref:
 
 @dataclass
 class Action:
-    step: str  # keep-crd | adopt | forget-release | install | delete | keep-runtime
+    step: str  # keep-crd | adopt | forget-release | replace | install | delete | keep-runtime
     target: str
     why: str
 
@@ -103,13 +111,18 @@ def plan(upstream: list[dict[str, Any]], rendered: list[dict[str, Any]], namespa
     trainstack installs; `installed_runtimes`: the ClusterTrainingRuntimes in the cluster."""
     ours = {ref_of(o, namespace) for o in rendered if o.get("kind") != "CustomResourceDefinition"}
     theirs = [ref_of(o, namespace) for o in upstream]
+    selectors = {ref_of(o, namespace): (o.get("spec") or {}).get("selector") for o in rendered
+                 if o.get("kind") in WORKLOADS}
+    replaced = [ref_of(o, namespace) for o in upstream if o.get("kind") in WORKLOADS
+                and ref_of(o, namespace) in selectors
+                and (o.get("spec") or {}).get("selector") != selectors[ref_of(o, namespace)]]
     actions: list[Action] = []
     for ref in theirs:
         if ref.kind == "CustomResourceDefinition":
             actions.append(Action("keep-crd", str(ref), f"a template of release {release}: its uninstall would "
                                   "delete it and every object of its kind; keep it and drop the release's ownership"))
     for ref in theirs:
-        if ref.kind != "CustomResourceDefinition" and ref in ours:
+        if ref.kind != "CustomResourceDefinition" and ref in ours and ref not in replaced:
             actions.append(Action("adopt", str(ref), f"trainstack renders it too: hand it from release {release} "
                                   f"to {TRAINSTACK_RELEASE}"))
     golden = {r.name for r in ours if r.kind == "ClusterTrainingRuntime"}
@@ -122,8 +135,13 @@ def plan(upstream: list[dict[str, Any]], rendered: list[dict[str, Any]], namespa
                                   "installer; trainstack's golden runtime of the same name replaces it in place"))
     actions.append(Action("forget-release", f"release {namespace}/{release}", "delete its release records "
                           "(Secrets sh.helm.release.v1.*); no object is deleted by this"))
+    for ref in replaced:
+        actions.append(Action("replace", str(ref), "its selector (immutable) differs from trainstack's: deleted "
+                              "right before the install re-creates it; its controller restarts, no CRD or "
+                              "TrainJob is touched"))
     actions.append(Action("install", f"release {namespace}/{TRAINSTACK_RELEASE}", "CRDs server-side, then helm "
-                          "install with the environment's values; wait for the controllers and golden runtimes"))
+                          "install with the environment's values (taking over the fields upstream's tools applied "
+                          "server-side); wait for the controllers and golden runtimes"))
     for ref in theirs:
         if ref.kind != "CustomResourceDefinition" and ref not in ours:
             actions.append(Action("delete", str(ref), f"only release {release} had it; trainstack does not use it"))
@@ -221,20 +239,27 @@ class Migration:
             elif action.step == "forget-release":
                 self.kube.kubectl("delete", "secret", "-n", self.namespace, "-l",
                                   f"owner=helm,name={self.release}")
+            elif action.step == "replace":
+                self.kube.kubectl("delete", *self._target(action.target), "--ignore-not-found", "--wait=true",
+                                  "--timeout=120s", timeout=150)
             elif action.step == "install":
-                self._install(rendered)
+                log(f"install: golden runtimes present: {self._install(rendered)}")
             elif action.step == "delete":
                 self.kube.kubectl("delete", *self._target(action.target), "--ignore-not-found", "--wait=false")
 
-    def _install(self, rendered: list[dict[str, Any]]) -> None:
+    def _install(self, rendered: list[dict[str, Any]]) -> str:
+        """CRDs server-side, helm install, then wait until the controllers are Available and every golden
+        runtime exists; returns how many exist (nothing of upstream's is removed before this returns)."""
         from .e2e.upgrade import rendered_crds
 
         values = paths.overlays_dir() / self.env / "values.yaml"
         crds = rendered_crds(paths.chart_dir(), ["-f", str(values)], self.namespace, self.lock)
         self.kube.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=trainstack", "-f", "-",
                           input_text=yaml.safe_dump_all(crds), timeout=180)
+        # --force-conflicts: the adopted objects carry fields other managers applied server-side (upstream's
+        # runtime installer applies its runtimes with `kubectl apply --server-side`); trainstack now owns them.
         self.helm("install", TRAINSTACK_RELEASE, str(paths.chart_dir()), "-n", self.namespace, "-f", str(values),
-                  "--wait", "--timeout", "300s", timeout=420)
+                  "--force-conflicts", "--wait", "--timeout", "300s", timeout=420)
         self.kube.kubectl("wait", "--for=condition=Available", "--timeout=180s", "deployment", "--all", "-n",
                           self.namespace, timeout=210)
         golden = {o["metadata"]["name"] for o in rendered if o.get("kind") == "ClusterTrainingRuntime"}
@@ -242,7 +267,7 @@ class Migration:
         while True:
             have = {r["metadata"]["name"] for r in self.kube.kubectl_json("get", "clustertrainingruntimes")["items"]}
             if golden <= have:
-                return
+                return f"{len(golden)}"
             if time.monotonic() > deadline:
                 raise UserError(f"golden runtimes missing after install: {', '.join(sorted(golden - have))}",
                                 "upstream's runtimes were not removed; fix and run the migration again")

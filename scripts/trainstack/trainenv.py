@@ -28,7 +28,7 @@ from packaging.version import InvalidVersion, Version
 
 from . import lock as lockmod
 from . import paths, progress
-from .errors import UserError
+from .errors import UserError, output_line
 
 # Requirements of the torch wheel that CPU use never loads (checked by importing torch afterwards).
 LAZY_REQUIREMENTS = frozenset({"triton", "cuda-bindings"})
@@ -142,9 +142,7 @@ def _pip(*args: str) -> subprocess.CompletedProcess:
 
 
 def _last_line(result: subprocess.CompletedProcess) -> str:
-    lines = [ln.strip() for ln in (result.stderr + result.stdout).splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith("ERROR")]
-    return (errors or lines or ["(no output)"])[-1]
+    return output_line(result.stderr + result.stdout, markers=("ERROR",))
 
 
 def _download(*requirements: str, no_deps: bool = False) -> None:

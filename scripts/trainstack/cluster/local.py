@@ -32,7 +32,7 @@ import yaml
 
 from .. import chartpack, paths, tools
 from .. import lock as lockmod
-from ..errors import UserError
+from ..errors import UserError, output_line
 
 # Binaries the control plane needs, all pinned in the lock and built by `trainstack tools install`.
 BINARIES = ("kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
@@ -400,7 +400,7 @@ class LocalCluster:
         except subprocess.TimeoutExpired:
             raise self.failure(f"kwokctl create cluster did not finish within {timeout:.0f}s") from None
         if result.returncode != 0:
-            raise self.failure(f"kwokctl create cluster failed: {_last_line(result.stderr or result.stdout)}")
+            raise self.failure(f"kwokctl create cluster failed: {output_line(result.stderr or result.stdout, markers=())}")
         self.wait_api(timeout=60)
         if self.real_node:
             self._start_node()
@@ -587,7 +587,7 @@ class LocalCluster:
         ]
         result = subprocess.run(cmd, capture_output=True, text=True, input=input_text, timeout=timeout, env=self._env())
         if check and result.returncode != 0:
-            raise UserError(f"kubectl {' '.join(args[:3])} failed: {_last_line(result.stderr or result.stdout)}")
+            raise UserError(f"kubectl {' '.join(args[:3])} failed: {output_line(result.stderr or result.stdout, markers=())}")
         return result
 
     def kubectl_json(self, *args: str) -> dict[str, Any]:
@@ -606,7 +606,7 @@ class LocalCluster:
             result = self.kubectl("get", "--raw", "/readyz", check=False, timeout=10)
             if result.returncode == 0 and result.stdout.strip() == "ok":
                 return
-            last = _last_line(result.stderr or result.stdout)
+            last = output_line(result.stderr or result.stdout, markers=())
             time.sleep(0.3)
         raise self.failure(f"kube-apiserver not ready within {timeout:.0f}s ({last})")
 
@@ -629,8 +629,3 @@ class LocalCluster:
             if time.monotonic() > deadline:
                 raise self.failure(f"nodes not Ready within {timeout:.0f}s: {', '.join(sorted(wanted - ready))}")
             time.sleep(0.3)
-
-
-def _last_line(text: str) -> str:
-    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-    return lines[-1][:400] if lines else "no output"

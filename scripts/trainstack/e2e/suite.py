@@ -26,7 +26,7 @@ import yaml
 from .. import helm, paths, progress, tools
 from .. import lock as lockmod
 from ..cluster.local import FAIL_LABEL
-from ..errors import UserError
+from ..errors import UserError, output_line
 
 RELEASE = "trainstack"
 NAMESPACE = "kubeflow-system"
@@ -438,7 +438,7 @@ class Suite:
             if result.returncode == 0:
                 break
             if time.monotonic() > deadline:
-                raise SuiteFailure(f"webhooks do not answer a dry-run TrainJob: {last_line(result.stderr)}")
+                raise SuiteFailure(f"webhooks do not answer a dry-run TrainJob: {_said(result.stderr)}")
             time.sleep(0.5)
         deploys = self.kube.kubectl_json("get", "deployments", "-n", NAMESPACE)["items"]
         return f"{len(deploys)} Deployments Available; TrainJob dry run admitted by the webhooks"
@@ -501,7 +501,7 @@ class Suite:
         }
         result = self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(lws), check=False)
         if result.returncode != 0:
-            raise SuiteFailure(f"LeaderWorkerSet {name} not admitted: {last_line(result.stderr)}")
+            raise SuiteFailure(f"LeaderWorkerSet {name} not admitted: {_said(result.stderr)}")
         deadline = time.monotonic() + 60
         selector = f"{LWS_NAME_LABEL}={name}"
         while True:
@@ -557,8 +557,6 @@ class Suite:
 
     def sdk_finetune(self) -> str:
         """upstream's BuiltinTrainer(TorchTuneConfig) path, through the SDK, onto the simulated GPU pool."""
-        import os
-
         from . import realnode
 
         sdk = realnode.example_module("sdk_finetune")
@@ -622,7 +620,7 @@ class Suite:
             )
             if result.returncode != 0:
                 raise SuiteFailure(
-                    f"TrainJob {job.name} (runtime {job.runtime_name}) is not admitted: {last_line(result.stderr)}"
+                    f"TrainJob {job.name} (runtime {job.runtime_name}) is not admitted: {_said(result.stderr)}"
                 )
             names.append(job.name)
         return f"{len(names)} smoke TrainJobs admitted: {', '.join(names)} (read-only: pass --install to run them)"
@@ -811,18 +809,18 @@ class Suite:
                 self.kube.kubectl("delete", "trainjob", "latest-image", "-n", SMOKE_NS, "--wait=false", check=False)
                 raise SuiteFailure(f"a TrainJob with image {repo}:latest was admitted, but policy {name} denies it")
             if name not in said or (messages and not any(m in said for m in messages)):
-                raise SuiteFailure(f"the rejection does not carry policy {name}'s message: {last_line(said)}")
-            return f"rejected by {name}: {last_line(said)[:160]}"
+                raise SuiteFailure(f"the rejection does not carry policy {name}'s message: {_said(said)}")
+            return f"rejected by {name}: {_said(said)[:160]}"
         if "Warn" in actions:
             self.kube.kubectl("delete", "trainjob", "latest-image", "-n", SMOKE_NS, "--wait=false", check=False)
             if result.returncode != 0:
-                raise SuiteFailure(f"policy {name} only warns here, but the TrainJob was rejected: {last_line(said)}")
+                raise SuiteFailure(f"policy {name} only warns here, but the TrainJob was rejected: {_said(said)}")
             if name not in said or "Warning" not in said:
                 raise SuiteFailure(
                     f"no warning from policy {name} for image {repo}:latest (kubectl said: "
-                    f"{last_line(said) or 'nothing'})"
+                    f"{_said(said) or 'nothing'})"
                 )
-            return f"warned by {name} (env {self.env} warns, does not deny): {last_line(said)[:160]}"
+            return f"warned by {name} (env {self.env} warns, does not deny): {_said(said)[:160]}"
         return f"skipped: binding {binding['metadata']['name']} only audits ({', '.join(actions)})"
 
     def failing_runtime(self, simulated: bool = True) -> dict[str, Any]:
@@ -901,9 +899,9 @@ def terminal_state(trainjob: dict[str, Any] | None) -> tuple[str, str]:
     return "", ""
 
 
-def last_line(text: str) -> str:
-    lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
-    return lines[-1][:400] if lines else ""
+def _said(text: str) -> str:
+    """The last line of a rejection or failure (kubectl's error), "" when there is none."""
+    return output_line(text, markers=(), empty="")
 
 
 def summary_rows(steps: list[Step]) -> list[tuple[str, str, str, str]]:

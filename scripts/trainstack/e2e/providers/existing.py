@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import lock as lockmod
-from ...errors import UserError
+from ...errors import UserError, output_line
 from .. import suite as suitemod
 from ..kube import Kubectl
 from . import Provider
@@ -41,7 +41,7 @@ class ExistingProvider(Provider):
         result = self.kube.kubectl("version", "-o", "json", check=False, timeout=20)
         if result.returncode != 0:
             raise UserError(
-                f"the current context does not answer: {suitemod.last_line(result.stderr)}",
+                f"the current context does not answer: {output_line(result.stderr)}",
                 "check 'kubectl config current-context'",
             )
         nodes = self.kube.kubectl_json("get", "nodes")["items"]

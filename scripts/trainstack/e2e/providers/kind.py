@@ -14,7 +14,7 @@ from typing import Any
 
 from ... import lock as lockmod
 from ... import paths, progress, tools
-from ...errors import UserError
+from ...errors import UserError, output_line
 from .. import suite as suitemod
 from . import Provider, docker_answers
 
@@ -123,11 +123,11 @@ class KindProvider(Provider):
         )
         self.created = True
         if result.returncode != 0:
-            raise UserError(f"kind create cluster failed: {suitemod.last_line(result.stderr)}")
+            raise UserError(f"kind create cluster failed: {output_line(result.stderr)}")
         for image in images:
             loaded = self._kind("load", "docker-image", image, "--name", CLUSTER)
             if loaded.returncode != 0:
-                raise UserError(f"kind load docker-image {image} failed: {suitemod.last_line(loaded.stderr)}")
+                raise UserError(f"kind load docker-image {image} failed: {output_line(loaded.stderr)}")
         return Kubectl(self.kubeconfig, lock=self.lock)
 
     def describe(self) -> str:
@@ -150,5 +150,5 @@ class KindProvider(Provider):
             return f"kept: export KUBECONFIG={self.kubeconfig}; delete it with 'kind delete cluster --name {CLUSTER}'"
         result = self._kind("delete", "cluster", "--name", CLUSTER)
         if result.returncode != 0:
-            raise UserError(f"kind delete cluster failed: {suitemod.last_line(result.stderr)}")
+            raise UserError(f"kind delete cluster failed: {output_line(result.stderr)}")
         return f"deleted kind cluster {CLUSTER}"
