@@ -213,6 +213,17 @@ def test_kind_config_and_ci_workflow_take_versions_from_the_lock(lock):
     assert lock.kind_node_image().tag not in text and "kindest/node" not in text
 
 
+def test_the_test_workflow_runs_make_test_and_the_chart_tier_alone():
+    """Users' CI: .github/workflows/test.yaml runs what .ci/run runs here, and the chart tier by itself."""
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "test.yaml").read_text())
+    runs = {name: [step.get("run", "") for step in job["steps"]] for name, job in workflow["jobs"].items()}
+    assert any("make test" in line for line in runs["test"])
+    assert any(line.startswith("make validate") for line in runs["chart"])
+    assert not any("make setup" in line or "make test" in line for line in runs["chart"])
+    makefile = (ROOT / "Makefile").read_text()
+    assert "\nvalidate: setup-chart " in makefile and "\nrender: setup-chart " in makefile
+
+
 @pytest.mark.slow
 def test_kind_without_docker_says_so_and_runs_nothing():
     from trainstack.e2e.providers import docker_answers
