@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from trainstack import lock as lockmod
@@ -25,7 +26,7 @@ from trainstack.errors import UserError
 
 from .conftest import need_binaries
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]
 
 e2e = pytest.mark.e2e
 
