@@ -8,7 +8,7 @@ ENV ?= dev
 PROVIDER ?= local
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-chart venv tools deps render validate test test-fast e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lock-check clean help
+.PHONY: setup setup-chart setup-bench venv tools deps render validate test test-fast e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lock-check clean help
 .PHONY: setup-gitops e2e-gitops
 
 help: ## list the targets
@@ -74,7 +74,10 @@ smoke-train: venv ## real torch DDP training smoke (two ranks on this machine)
 	$(TS) smoke install
 	$(TS) smoke train
 
-bench: setup ## benchmarks (validate, e2e, scale); results in bench/results/
+setup-bench: setup ## make setup + the benchmarks' second validation peer (kubectl-validate)
+	$(TS) tools install --tier bench
+
+bench: setup-bench ## benchmarks (validate, e2e, scale, gitops); results in bench/results/
 	$(TS) bench
 
 bench-e2e: setup ## warm time of make e2e (local) -> bench/results/e2e.json

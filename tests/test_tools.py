@@ -108,4 +108,4 @@ def test_the_chart_tier_is_helm_and_kustomize_and_the_default_install_leaves_out
 
 
 def test_an_unknown_tier_is_one_line():
-    assert_one_line_error(run_cli("tools", "install", "--tier", "nope"), "--tier nope: no such tier (tiers: chart")
+    assert_one_line_error(run_cli("tools", "install", "--tier", "nope"), "--tier nope: no such tier (tiers: bench, chart, gitops)")

@@ -78,6 +78,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="e2e: also time a cold build of the local provider's binaries (tens of minutes)",
     )
+    validate = parser.add_argument_group("validate (trainstack validate vs kubeconform vs kubectl-validate)")
+    validate.add_argument("--docs", dest="documents", type=int, metavar="N",
+                          help="documents in the generated corpus (default 10000; e.g. 100000 for memory growth)")
+    validate.add_argument("--peers", metavar="LIST",
+                          help="peers to measure, comma-separated (default kubeconform,kubectl-validate; "
+                               "kubeconform always runs)")
     scale = parser.add_argument_group("scale (TrainJobs vs raw JobSets vs raw Jobs on KWOK nodes)")
     scale.add_argument("--jobs", type=int, help="workloads per path (default 1000; --quick 100)")
     scale.add_argument("--nodes", type=int, help="fake GPU nodes of 8 GPUs (default 100; --quick 10)")

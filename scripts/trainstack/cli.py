@@ -135,8 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
     install_p = tools_sub.add_parser("install", help="build missing tools into the cache (idempotent)")
     install_p.add_argument("names", nargs="*", help="tools to install (default: all in the lock but those of a setup tier, e.g. argocd: make setup-gitops)")
     install_p.add_argument("--skip-optional", action="store_true", help="skip the upstream controllers (e2e only)")
-    install_p.add_argument("--tier", help="only the tools of this setup tier: chart (helm, kustomize: render, validate, "
-                           "docs) or gitops (Argo CD)")
+    install_p.add_argument("--tier", help="only the tools of this setup tier: chart (helm, kustomize: render, validate, docs), "
+                           "bench (kubectl-validate) or gitops (Argo CD)")
     list_p = tools_sub.add_parser("list", help="tool, pinned version, path, status")
     list_p.add_argument("--output", choices=["text", "json"], default="text")
     tools_p.set_defaults(func=_cmd_tools)

@@ -1,10 +1,14 @@
-"""`trainstack bench validate`: trainstack validate against kubeconform on the same corpus.
+"""`trainstack bench validate`: trainstack validate against two peers on the same corpus.
 
-A corpus of >= 10,000 documents (mixed built-in kinds and custom resources, about 5% invalid:
-wrong types, unknown fields, CEL violations) is generated into a temp dir. Both tools validate
-it in one run, each as its own process: trainstack with CEL on, kubeconform (pinned) with
--strict and the very same schemas exported in its JSON-schema layout. Wall time gives
-documents per second; peak memory is the largest summed RSS of each process tree, sampled.
+A corpus of 10,000 documents by default (`--docs N`; mixed built-in kinds and custom resources,
+5% invalid: wrong types, unknown fields, CEL violations, bad names) is generated file by file
+into a temp dir. Each tool validates it as its own process, `--runs` times after a warm-up:
+trainstack with CEL on; kubeconform (pinned) with -strict and the very same schemas exported in
+its JSON-schema layout (the fastest peer); kubectl-validate (pinned), which validates with the
+API server's own code, offline, from the pinned Kubernetes OpenAPI v3 specs and the same CRDs
+(the most faithful peer). Figures are medians of the runs: documents per second from wall time,
+peak memory as the largest summed RSS and PSS of each process tree, sampled; each run records
+the load average. Which documents each tool rejects is compared with the breaks put in.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import os
 import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -29,6 +34,7 @@ from .. import progress, tools
 from ..errors import UserError
 
 DOCUMENTS = 10_000
+PEERS = ("kubeconform", "kubectl_validate")
 DOCS_PER_FILE = 50
 INVALID_EVERY = 20  # one document in 20 is broken
 
@@ -133,38 +139,48 @@ MAKERS = [_deployment, _service, _configmap, _job, _rolebinding, _trainjob, _run
           _deployment, _configmap, _trainjob]
 
 
-def _break(doc: dict, i: int) -> dict:
+BREAKS = ("label-type", "unknown-field", "cel-rule", "name-format")
+
+
+def _break(doc: dict, i: int) -> tuple[dict, str]:
     """One of the mistakes people make: a wrong type, an unknown field, a CEL violation."""
     how = i % 3
     if how == 0:
         doc["metadata"]["labels"] = {"app.kubernetes.io/name": 12}  # a number where a string goes
-    elif how == 1:
+        return doc, "label-type"
+    if how == 1:
         doc.setdefault("spec", {})["replica"] = 3  # a typo: unknown field
-    elif doc["kind"] == "TrainJob":
+        return doc, "unknown-field"
+    if doc["kind"] == "TrainJob":
         doc["spec"]["initializer"]["dataset"]["storageUri"] = "not a uri"  # CEL rule
-    else:
-        doc["metadata"]["name"] = f"Bad_Name_{i}"  # metadata format
-    return doc
+        return doc, "cel-rule"
+    doc["metadata"]["name"] = f"Bad_Name_{i}"  # metadata format
+    return doc, "name-format"
 
 
-def generate(folder: Path, documents: int = DOCUMENTS, seed: int = 7) -> dict[str, int]:
-    """Write the corpus; returns counts per kind and how many documents were broken on purpose."""
+def generate(folder: Path, documents: int = DOCUMENTS, seed: int = 7,
+             index: list[tuple[str, int, str, str]] | None = None) -> dict[str, int]:
+    """Write the corpus; returns counts per kind and how many documents were broken on purpose.
+
+    With `index`, appends (file name, document index, kind, how it was broken or "") per document."""
     rng = random.Random(seed)
     counts: dict[str, int] = {}
     broken = 0
-    docs = []
-    for i in range(documents):
-        doc = rng.choice(MAKERS)(i)
+    folder.mkdir(parents=True, exist_ok=True)
+    chunk: list[str] = []
+    for i in range(documents):  # written file by file: the corpus is never all in memory
+        doc, how = rng.choice(MAKERS)(i), ""
         if i % INVALID_EVERY == INVALID_EVERY - 1:
-            doc = _break(doc, i)
+            doc, how = _break(doc, i)
             broken += 1
         counts[doc["kind"]] = counts.get(doc["kind"], 0) + 1
-        docs.append(doc)
-    folder.mkdir(parents=True, exist_ok=True)
-    for start in range(0, len(docs), DOCS_PER_FILE):
-        chunk = docs[start:start + DOCS_PER_FILE]
-        text = "".join("---\n" + yaml.dump(d, Dumper=yaml.CSafeDumper, sort_keys=False) for d in chunk)
-        (folder / f"manifests-{start // DOCS_PER_FILE:04d}.yaml").write_text(text)
+        name = f"manifests-{i // DOCS_PER_FILE:04d}.yaml"
+        if index is not None:
+            index.append((name, i % DOCS_PER_FILE, doc["kind"], how))
+        chunk.append("---\n" + yaml.dump(doc, Dumper=yaml.CSafeDumper, sort_keys=False))
+        if len(chunk) == DOCS_PER_FILE or i == documents - 1:
+            (folder / name).write_text("".join(chunk))
+            chunk = []
     return {"broken": broken, **counts}
 
 
@@ -229,70 +245,238 @@ def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]
             "stdout": out, "stderr": err}
 
 
-def _best(runs: list[dict]) -> dict:
-    return min(runs, key=lambda r: r["seconds"])
+def export_kubectl_validate(lock, catalog, keys: list[str], folder: Path) -> tuple[Path, Path, str]:
+    """kubectl-validate's offline inputs from the same sources validate reads: (CRD folder,
+    local-schemas folder, --version). Built-ins: the pinned k8s.io/kubernetes module's OpenAPI v3
+    spec files in its /api/<version>.json, /apis/<group>/<version>.json layout; CRDs: the pinned
+    CRDs that define the corpus's custom kinds."""
+    from . import builtin, crds, schemas
+
+    version = lock.kubernetes_version
+    info = tools.module_info(schemas.K8S_MODULE, version)
+    specs = builtin.read_specs(Path(info["Zip"]), f"{schemas.K8S_MODULE}@{version}")
+    schema_dir = folder / "schemas"
+    for name, spec in specs.items():  # apis__apps__v1_openapi.json -> apis/apps/v1.json
+        parts = name[: -len("_openapi.json")].split("__")
+        if len(parts) != {"api": 2, "apis": 3}.get(parts[0]):
+            continue  # group discovery and .well-known documents
+        path = schema_dir.joinpath(*parts[:-1], parts[-1] + ".json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(spec))
+    wanted = {(catalog.kinds[k].apiVersion.split("/")[0], catalog.kinds[k].kind) for k in keys
+              if not catalog.kinds[k].builtin}
+    crd_dir = folder / "crds"
+    crd_dir.mkdir(parents=True, exist_ok=True)
+    written = 0
+    for _origin, crd in crds.pinned_crds(lock):
+        spec = crd.get("spec") or {}
+        if (spec.get("group"), (spec.get("names") or {}).get("kind")) in wanted:
+            written += 1
+            (crd_dir / f"{written:03d}-{spec['names']['kind'].lower()}.yaml").write_text(
+                yaml.dump(crd, Dumper=yaml.CSafeDumper, sort_keys=False))
+    if written < len(wanted):
+        raise UserError(f"kubectl-validate export: {len(wanted)} custom kinds in the corpus, {written} pinned CRDs "
+                        "define them", "run 'trainstack deps'")
+    return crd_dir, schema_dir, _kubectl_validate_fallback(lock)
+
+
+def _kubectl_validate_fallback(lock) -> str:
+    """The --version kubectl-validate needs: it refuses to start unless its fallback for built-ins
+    (schemas embedded per Kubernetes minor, else a download) loads, and v0.0.4 embeds up to 1.30.
+    The newest embedded minor, read from the pinned module: --local-schemas (the pinned 1.36 specs)
+    come first in its composite, so the fallback only fills group-versions 1.36 lacks."""
+    tool = lock.tool("kubectl-validate")
+    builtins = Path(tools.module_info(tool.module, tool.version)["Dir"]) / "pkg" / "openapiclient" / "builtins"
+    minors = [p.name for p in builtins.iterdir() if p.is_dir() and p.name.replace(".", "").isdigit()]
+    if not minors:
+        raise UserError(f"{tool.module}@{tool.version}: no embedded built-in schemas under {builtins}")
+    return max(minors, key=lambda m: tuple(int(x) for x in m.split(".")))
+
+
+# ----------------------------------------------------------------------------- who says what is invalid
+def _ours_invalid(stdout: str) -> tuple[dict, set[tuple[str, int]]]:
+    body = json.loads(stdout)
+    return body["summary"], {(Path(f["file"]).name, f["document"]) for f in body["findings"]
+                             if f["severity"] == "error"}
+
+
+def _kubeconform_invalid(stdout: str, names: dict[tuple[str, str, str], int]) -> tuple[dict, set[tuple[str, int]]]:
+    """kubeconform reports (file, kind, name) per resource: mapped back to document indexes."""
+    body = json.loads(stdout)
+    bad = set()
+    for res in body.get("resources") or []:
+        if res.get("status") in ("statusInvalid", "statusError"):
+            file = Path(res.get("filename", "")).name
+            index = names.get((file, res.get("kind", ""), res.get("name", "")))
+            bad.add((file, index if index is not None else -1))
+    return body.get("summary", {}), bad
+
+
+def _kubectl_validate_invalid(stdout: str, per_file: dict[str, int]) -> tuple[dict, set[tuple[str, int]]]:
+    """kubectl-validate -o json: {file: [Status per YAML document]}; a leading `---` gives an empty first one."""
+    body = json.loads(stdout) if stdout.strip() else {}
+    bad = set()
+    for path, statuses in body.items():
+        file = Path(path).name
+        skip = 1 if len(statuses) == per_file.get(file, 0) + 1 else 0
+        for i, status in enumerate(statuses[skip:]):
+            if (status or {}).get("status") == "Failure":
+                bad.add((file, i))
+    counts = {"documents": sum(len(v) for v in body.values()), "invalid": len(bad)}
+    return counts, bad
+
+
+def _agreement(found: dict[str, set], index: list[tuple[str, int, str, str]]) -> dict[str, Any]:
+    """Per tool: which of the documents broken on purpose it caught (by kind of break), and what else it flagged."""
+    broken = {(f, i): how for f, i, _, how in index if how}
+    out: dict[str, Any] = {}
+    for tool, bad in found.items():
+        caught = {how: 0 for how in BREAKS}
+        missed = {how: 0 for how in BREAKS}
+        for key, how in broken.items():
+            (caught if key in bad else missed)[how] += 1
+        out[tool] = {"invalid_documents": len(bad), "caught": caught, "missed": missed,
+                     "flagged_not_broken": len(bad - broken.keys())}
+    tools_ = list(found)
+    out["all_agree_documents"] = sum(1 for key in broken if all(key in found[t] for t in tools_))
+    out["broken_on_purpose"] = len(broken)
+    return out
+
+
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def _timed(label: str, cmd: list[str], warm: list[str], env: dict[str, str] | None, repeats: int) -> list[dict]:
+    measure(warm, env)  # warm-up on a small corpus: the schema cache and the OS page cache
+    runs = []
+    for n in range(repeats):
+        with progress.step(f"{label} (run {n + 1}/{repeats})"):
+            before = _load()
+            result = measure(cmd, env)
+            result["load_before"], result["load_after"] = before, _load()
+        if result["exit_code"] not in (0, 1):
+            raise UserError(f"{label} failed in the benchmark (exit {result['exit_code']}): "
+                            f"{result['stderr'].strip()[-300:]}")
+        runs.append(result)
+    return runs
+
+
+def _section(runs: list[dict], documents: int) -> dict[str, Any]:
+    """Medians over the runs, and every run (seconds, memory, load average: 1, 5, 15 min)."""
+    return {
+        "docs_per_s": round(documents / _median([r["seconds"] for r in runs]), 1),
+        "seconds": round(_median([r["seconds"] for r in runs]), 3),
+        "peak_rss_mb": round(_median([r["peak_rss_bytes"] for r in runs]) / 2**20, 1),
+        "peak_pss_mb": round(_median([r["peak_pss_bytes"] for r in runs]) / 2**20, 1),
+        "runs": [{"seconds": round(r["seconds"], 3), "peak_rss_mb": round(r["peak_rss_bytes"] / 2**20, 1),
+                  "peak_pss_mb": round(r["peak_pss_bytes"] / 2**20, 1), "exit_code": r["exit_code"],
+                  "load_before": r["load_before"], "load_after": r["load_after"]} for r in runs],
+    }
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    """The `validate` bench part: returns the record bench.py writes to bench/results/validate.json."""
+    """The `validate` bench part: returns the record bench.py writes to bench/results/validate.json.
+
+    Every tool runs `--runs` times (after one warm-up run); figures are the MEDIAN of those runs."""
     from . import schemas
 
     documents = int(getattr(args, "documents", 0) or DOCUMENTS)
     repeats = max(1, int(getattr(args, "runs", 1) or 1))
-    kubeconform = tools.require("kubeconform")
+    lock = lockmod.load()
+    kubeconform = tools.require("kubeconform", lock)
+    peers = [p.strip().replace("-", "_") for p in (getattr(args, "peers", None) or ",".join(PEERS)).split(",")]
+    unknown = [p for p in peers if p not in PEERS]
+    if unknown or not peers:
+        raise UserError(f"--peers {getattr(args, 'peers', '')}: unknown peer(s) {', '.join(unknown) or '(none)'}",
+                        f"known: {', '.join(p.replace('_', '-') for p in PEERS)}", exit_code=2)
+    kubectl_validate = tools.require("kubectl-validate", lock) if "kubectl_validate" in peers else None
     catalog = schemas.load()
     work = Path(tempfile.mkdtemp(prefix="trainstack-bench-validate-"))
+    index: list[tuple[str, int, str, str]] = []
     try:
         corpus = work / "corpus"
         with progress.step(f"generating {documents} documents into {corpus}"):
-            counts = generate(corpus, documents)
+            counts = generate(corpus, documents, index=index)
+            generate(work / "warm", min(documents, 200))
         keys = sorted({f"{d['apiVersion']}/{d['kind']}" for d in (m(0) for m in MAKERS)})
         location = export_schemas(catalog, keys, work / "schemas")
-        ours_cmd = [sys.executable, "-m", "trainstack", "validate", str(corpus), "--output", "json"]
-        theirs_cmd = [str(kubeconform), "-strict", "-summary", "-output", "json", "-schema-location", location,
-                      str(corpus)]
+        crd_dir, schema_dir, kube_minor = (export_kubectl_validate(lock, catalog, keys, work / "kubectl-validate")
+                                           if kubectl_validate else (None, None, ""))
+        commands = {
+            "trainstack": [sys.executable, "-m", "trainstack", "validate", str(corpus), "--output", "json"],
+            "kubeconform": [str(kubeconform), "-strict", "-summary", "-output", "json", "-schema-location", location,
+                            str(corpus)],
+            "kubectl_validate": [str(kubectl_validate), "--version", kube_minor, "--local-crds", str(crd_dir),
+                                 "--local-schemas", str(schema_dir), "--output", "json", str(corpus)],
+        }
+        # kubeconform always runs: the top-level keys (ratio, kubeconform_*) are its figures
+        commands = {tool: cmd for tool, cmd in commands.items() if tool in ("trainstack", "kubeconform") or tool in peers}
         env = dict(os.environ, TRAINSTACK_ROOT=str(Path(__file__).resolve().parents[3]))
-        measure(ours_cmd, env)  # warm: schema cache and OS page cache, for both
-        measure(theirs_cmd)
-        ours_runs, theirs_runs = [], []
-        for _ in range(repeats):
-            with progress.step("trainstack validate (CEL on, strict fields)"):
-                ours_runs.append(measure(ours_cmd, env))
-            with progress.step("kubeconform -strict (same schemas)"):
-                theirs_runs.append(measure(theirs_cmd))
-        ours, theirs = _best(ours_runs), _best(theirs_runs)
-        if ours["exit_code"] not in (0, 1):
-            raise UserError(f"trainstack validate failed in the benchmark: {ours['stderr'].strip()[-300:]}")
-        if theirs["exit_code"] not in (0, 1):
-            raise UserError(f"kubeconform failed in the benchmark: {theirs['stderr'].strip()[-300:]}")
-        ours_summary = json.loads(ours["stdout"])["summary"]
-        ours_invalid = len({(f["file"], f["document"]) for f in json.loads(ours["stdout"])["findings"]
-                            if f["severity"] == "error"})
-        theirs_summary = json.loads(theirs["stdout"]).get("summary", {})
+        labels = {"trainstack": "trainstack validate (CEL on, strict fields)",
+                  "kubeconform": "kubeconform -strict (same schemas)",
+                  "kubectl_validate": "kubectl-validate (the API server's validation code)"}
+        runs = {tool: _timed(labels[tool], cmd, cmd[:-1] + [str(work / "warm")], env, repeats)
+                for tool, cmd in commands.items()}
+        names = {(f, kind, f"{kind.lower()}-{n}"): i
+                 for n, (f, i, kind, _how) in enumerate(index)}
+        names.update({(f, kind, f"Bad_Name_{n}"): i for n, (f, i, kind, how) in enumerate(index)
+                      if how == "name-format"})
+        per_file: dict[str, int] = {}
+        for f, _i, _k, _h in index:
+            per_file[f] = per_file.get(f, 0) + 1
+        last = {tool: r[-1]["stdout"] for tool, r in runs.items()}
+        ours_summary, ours_bad = _ours_invalid(last["trainstack"])
+        theirs_summary, theirs_bad = _kubeconform_invalid(last["kubeconform"], names)
+        found = {"trainstack": ours_bad, "kubeconform": theirs_bad}
+        if "kubectl_validate" in runs:
+            kv_summary, kv_bad = _kubectl_validate_invalid(last["kubectl_validate"], per_file)
+            found["kubectl_validate"] = kv_bad
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    ours_rate = documents / ours["seconds"]
-    theirs_rate = documents / theirs["seconds"]
-    ratio = ours_rate / theirs_rate
-    return {
-        "summary": f"{documents} docs: trainstack {ours_rate:,.0f}/s, kubeconform {theirs_rate:,.0f}/s, "
-                   f"ratio {ratio:.2f}",
+    sections = {tool: _section(r, documents) for tool, r in runs.items()}
+    ours = sections["trainstack"]
+    ratios = {tool: round(ours["docs_per_s"] / sections[tool]["docs_per_s"], 3) for tool in sections
+              if tool != "trainstack"}
+    ratio = ratios["kubeconform"]
+    peers_text = ", ".join(f"{tool.replace('_', '-')} {sections[tool]['docs_per_s']:,.0f}/s (ratio {ratios[tool]:.2f})"
+                           for tool in ratios)
+    record: dict[str, Any] = {
+        "summary": f"{documents} docs, median of {repeats}: trainstack {ours['docs_per_s']:,.0f}/s, {peers_text}",
         "documents": documents,
-        "trainstack_docs_per_s": round(ours_rate, 1),
-        "kubeconform_docs_per_s": round(theirs_rate, 1),
-        "ratio": round(ratio, 3),
-        "trainstack_peak_rss_mb": round(ours["peak_rss_bytes"] / 2**20, 1),
-        "kubeconform_peak_rss_mb": round(theirs["peak_rss_bytes"] / 2**20, 1),
-        "trainstack_peak_pss_mb": round(ours["peak_pss_bytes"] / 2**20, 1),
-        "kubeconform_peak_pss_mb": round(theirs["peak_pss_bytes"] / 2**20, 1),
-        "trainstack_seconds": round(ours["seconds"], 3),
-        "kubeconform_seconds": round(theirs["seconds"], 3),
+        "statistic": "median",
+        "load_average": _load(),
+        "trainstack_docs_per_s": ours["docs_per_s"],
+        "kubeconform_docs_per_s": sections["kubeconform"]["docs_per_s"],
+        "ratio": ratio,
+        "ratios": ratios,
+        "trainstack_peak_rss_mb": ours["peak_rss_mb"],
+        "kubeconform_peak_rss_mb": sections["kubeconform"]["peak_rss_mb"],
+        "trainstack_peak_pss_mb": ours["peak_pss_mb"],
+        "kubeconform_peak_pss_mb": sections["kubeconform"]["peak_pss_mb"],
+        "trainstack_seconds": ours["seconds"],
+        "kubeconform_seconds": sections["kubeconform"]["seconds"],
         "runs": repeats,
         "corpus": {"files": (documents + DOCS_PER_FILE - 1) // DOCS_PER_FILE, "kinds": counts,
                    "broken_on_purpose": counts["broken"]},
+        "agreement": _agreement(found, index),
         "trainstack": {"command": "trainstack validate CORPUS --output json", "summary": ours_summary,
-                       "invalid_documents": ours_invalid, "cel": True},
-        "kubeconform": {"version": lockmod.load().tool("kubeconform").version,
+                       "invalid_documents": len(ours_bad), "cel": True, **ours},
+        "kubeconform": {"version": lock.tool("kubeconform").version,
                         "command": "kubeconform -strict -summary -output json -schema-location EXPORTED CORPUS",
-                        "summary": theirs_summary},
+                        "summary": theirs_summary, "invalid_documents": len(theirs_bad), **sections["kubeconform"]},
     }
+    if "kubectl_validate" in sections:
+        record["kubectl_validate_docs_per_s"] = sections["kubectl_validate"]["docs_per_s"]
+        record["kubectl_validate"] = {
+            "version": lock.tool("kubectl-validate").version,
+            "command": f"kubectl-validate --version {kube_minor} --local-crds CRDS --local-schemas OPENAPI_V3 "
+                       "--output json CORPUS",
+            "builtins": f"Kubernetes {lock.kubernetes_version} OpenAPI v3 (--local-schemas); "
+                        f"--version {kube_minor} is only its fallback for absent group-versions",
+            "summary": kv_summary, "invalid_documents": len(kv_bad), **sections["kubectl_validate"]}
+    return record

@@ -126,6 +126,10 @@ _SPECIAL.update(_BOOL)
 _INT64 = (-(2**63), 2**64 - 1)
 _INFINITIES = (math.inf, -math.inf)
 _cache: dict[str, Any] = {}
+# Plain scalars resolved so far. Bounded and emptied when full, so memory stays flat in the number
+# of documents (a corpus of unique names would otherwise fill it); the hot values (keys, common
+# values) are back after a few documents.
+_CACHE_MAX = 16_384
 
 
 def resolve_plain(value: str) -> Any:
@@ -135,8 +139,9 @@ def resolve_plain(value: str) -> Any:
     except KeyError:
         pass
     out = _resolve_plain(value)
-    if len(_cache) < 200_000:
-        _cache[value] = out
+    if len(_cache) >= _CACHE_MAX:
+        _cache.clear()
+    _cache[value] = out
     return out
 
 
