@@ -16,6 +16,7 @@ import pytest
 
 from conftest import ROOT
 from trainstack import smoke
+from trainstack.cluster.local import free_port
 
 SCRIPT = ROOT / "examples" / "sdk_submit.py"
 pytestmark = pytest.mark.slow  # needs the Kubeflow SDK that `make setup` installs
@@ -84,7 +85,7 @@ def test_the_submitted_command_trains_on_a_node(tmp_path):
     """Run spec.trainer.command as container `node` would: bash, torchrun, the PET_* of a 1-node job."""
     command = _dry_run("--num-nodes", "1", "--", "--steps", "6")["spec"]["trainer"]["command"]
     pet = smoke.pet_env("sdk-job", 1, 0, {"requests": {"cpu": "1"}}, master_addr="127.0.0.1",
-                        master_port=smoke.free_port())
+                        master_port=free_port())
     env = {**pet, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "TRAINSTACK_OUTPUT_DIR": str(tmp_path / "output"), "GLOO_SOCKET_IFNAME": "lo",
            "PYTHONWARNINGS": "ignore:Failed to initialize NumPy"}

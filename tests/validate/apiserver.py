@@ -10,21 +10,15 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
+from trainstack.cluster.local import free_port
 
 TOKEN = "trainstack-validate-admin-token"
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _openssl(*args: str, cwd: Path) -> None:
