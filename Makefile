@@ -8,7 +8,7 @@ ENV ?= dev
 PROVIDER ?= local
 PYTEST_ARGS ?=
 
-.PHONY: setup setup-chart setup-bench venv tools deps render validate test test-fast e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lock-check clean help
+.PHONY: setup setup-chart setup-bench venv tools deps render validate test test-fast e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lint lock-check clean help
 .PHONY: setup-gitops e2e-gitops
 
 help: ## list the targets
@@ -43,13 +43,16 @@ render: setup-chart ## render ENV (default dev) to stdout
 validate: setup-chart ## validate ENV (default dev): schemas, CRD CEL rules, formats, admission policies
 	$(TS) validate --env $(ENV) --policies
 
-docs: venv ## regenerate generated docs (chart README)
+docs: venv ## regenerate generated docs (chart README, README tables, values.schema.json)
 	$(TS) docs
 
 lock-check: venv ## check the lock file and Chart.lock
 	$(TS) lock check
 
-test: setup ## run the whole test suite (pytest); exit 5 (no tests) counts as failure
+lint: setup-chart ## ruff over the Python, helm lint --strict over the chart with each environment's values (both pinned)
+	$(TS) lint
+
+test: setup lint ## make lint, then the whole test suite (pytest); exit 5 (no tests) counts as failure
 	$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 test-fast: venv ## the tests that need no built tools

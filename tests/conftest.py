@@ -13,8 +13,8 @@ import yaml
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from trainstack import lock as lockmod  # noqa: E402
-from trainstack import tools  # noqa: E402
+from trainstack import lock as lockmod
+from trainstack import tools
 
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, input_text: str | None = None,
@@ -45,11 +45,17 @@ def lock() -> lockmod.Lock:
     return lockmod.load(ROOT / "trainstack.lock.yaml")
 
 
+def need_binaries(*names: str) -> list[Path]:
+    """The pinned binaries NAMES; a missing one fails the test (make test builds them all first)."""
+    found = {n: tools.find(n) for n in names}
+    missing = [n for n, path in found.items() if path is None]
+    if missing:
+        pytest.fail(f"not installed: {', '.join(missing)}: run 'make setup' (make test does it for you)")
+    return [found[n] for n in names]
+
+
 def _need(binary: str) -> Path:
-    found = tools.find(binary)
-    if found is None:
-        pytest.fail(f"{binary} is not installed: run 'make setup' (make test does it for you)")
-    return found
+    return need_binaries(binary)[0]
 
 
 @pytest.fixture(scope="session")

@@ -17,8 +17,17 @@ import pytest
 import yaml
 
 from conftest import ROOT, by_kind, docs_of, helm_template, run_cli
-from gitops_support import (ENVIRONMENTS, argocd_crds, argocd_file, argocd_validator, cluster_scoped, crd_validator,
-                            group_kind, rendered, schema_errors)
+from gitops_support import (
+    ENVIRONMENTS,
+    argocd_crds,
+    argocd_file,
+    argocd_validator,
+    cluster_scoped,
+    crd_validator,
+    group_kind,
+    rendered,
+    schema_errors,
+)
 
 ARGOCD = ROOT / "overlays" / "argocd"
 HEALTH = ARGOCD / "install" / "health"

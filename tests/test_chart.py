@@ -101,6 +101,6 @@ def test_chart_also_works_with_helm_v3(chart_ready, lock):
         pytest.fail("helm3 is not installed: run 'make setup'")
     v3 = docs_of(helm_template(binary="helm3").stdout)
     v4 = docs_of(helm_template().stdout)
-    key = lambda d: (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])  # noqa: E731
+    key = lambda d: (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
     assert sorted(map(key, v3)) == sorted(map(key, v4))
     assert helm_template("--set", "jobsett.x=1", binary="helm3", check=False).returncode != 0

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+
 from conftest import ROOT, assert_one_line_error, run_cli
 from trainstack.convert import command, v1
 from trainstack.errors import UserError

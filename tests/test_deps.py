@@ -8,6 +8,7 @@ import tarfile
 
 import pytest
 import yaml
+
 from conftest import ROOT, assert_one_line_error, run_cli
 
 pytestmark = pytest.mark.slow

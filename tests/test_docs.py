@@ -1,4 +1,4 @@
-"""Generated docs are never stale and every value trainstack owns is documented."""
+"""Generated docs (and the values schema) are never stale and every value trainstack owns is documented."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from conftest import run_cli
 
 
 def test_chart_readme_is_not_stale():
+    """The chart README, the README tables and values.schema.json match what `trainstack docs` writes."""
     result = run_cli("docs", "--check")
     assert result.returncode == 0, result.stdout
 

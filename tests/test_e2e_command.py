@@ -6,6 +6,7 @@ import socket
 
 import pytest
 import yaml
+
 from conftest import ROOT, assert_one_line_error, run_cli
 from trainstack.cluster.local import FAIL_LABEL, GPU_RESOURCE, NodePool, default_pools
 from trainstack.e2e import suite as suitemod
@@ -120,7 +121,7 @@ def test_an_amd_runtime_gets_its_own_pool():
 
 
 def test_default_pools_have_the_usual_gpu_taint():
-    gpu = [p for p in default_pools() if p.extended][0]
+    gpu = next(p for p in default_pools() if p.extended)
     assert {"key": GPU_RESOURCE, "value": "present", "effect": "NoSchedule"} in gpu.taints
     assert isinstance(gpu, NodePool) and gpu.count == 2
 
@@ -280,7 +281,10 @@ def test_data_cache_render_adds_lws_and_the_cache_runtime(chart_ready, lock):
     plain = suitemod.render("dev", lock)
     cached = suitemod.render("dev", lock, data_cache=True)
     assert "dataCache.enabled=true" in suitemod.value_args("dev", data_cache=True)
-    assert suitemod.value_args("dev") == ["-f", str(suitemod.values_file("dev"))]
+    assert suitemod.value_args("dev") == ["-f", str(ROOT / "overlays" / "dev" / "values.yaml")]
+    # staging's files as its kustomization lists them: what it shares with prod, then its own
+    assert suitemod.value_args("staging") == ["-f", str(ROOT / "overlays" / "shared" / "production.yaml"),
+                                              "-f", str(ROOT / "overlays" / "staging" / "values.yaml")]
     assert ("lws-controller-manager", suitemod.NAMESPACE) in names(cached, "Deployment") - names(plain, "Deployment")
     crd = "leaderworkersets.leaderworkerset.x-k8s.io"
     assert (crd, None) in names(cached, "CustomResourceDefinition") - names(plain, "CustomResourceDefinition")

@@ -54,7 +54,7 @@ def test_params_live_in_one_configmap_that_every_binding_references(chart_ready)
         "torchtune-llama3.2-1b", "torchtune-llama3.2-3b", "torchtune-qwen2.5-1.5b"}
     assert set(params["allowedRegistries"].split(",")) >= {"docker.io", "ghcr.io", "nvcr.io", "registry.k8s.io"}
     policies = by_kind(docs, "ValidatingAdmissionPolicy")
-    for rule, binding in _bindings(docs).items():
+    for binding in _bindings(docs).values():
         policy = policies[binding["spec"]["policyName"]]
         if "paramKind" in policy["spec"]:
             assert binding["spec"]["paramRef"]["name"] == "trainstack-policy-params"

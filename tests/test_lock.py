@@ -6,6 +6,7 @@ import re
 import tomllib
 
 import yaml
+
 from conftest import ROOT, assert_one_line_error, run_cli
 
 

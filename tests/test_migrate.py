@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from conftest import ROOT, assert_one_line_error, run_cli
-from trainstack import helm, migrate
+from trainstack import helm, migrate, render
 
 NS = "kubeflow-system"
 
@@ -23,7 +24,7 @@ def upstream(*sets: str) -> list[dict]:
 
 def trainstack(env: str = "dev") -> list[dict]:
     return migrate.objects(helm.run(["template", "trainstack", str(ROOT / "charts/trainstack"), "--namespace", NS,
-                                     "-f", str(ROOT / "overlays" / env / "values.yaml")]).stdout)
+                                     *render.value_args(env)]).stdout)
 
 
 def by_step(actions: list[migrate.Action]) -> dict[str, list[str]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import ROOT, by_kind, helm_template, run_cli
 from trainstack import monitoring, tools
 

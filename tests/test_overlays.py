@@ -4,13 +4,15 @@ intended (HA, PDBs, enforcement, registry, labels, GPU runtimes, mirror)."""
 
 from __future__ import annotations
 
+import copy
 import json
+import shutil
 import subprocess
 
 import pytest
 import yaml
 
-from conftest import ROOT, by_kind, docs_of, helm_template, run_cli
+from conftest import ROOT, assert_one_line_error, by_kind, docs_of, helm_template, run_cli
 from gitops_support import ENVIRONMENTS, MIRROR, canonical, cluster_scoped, group_kind, rendered
 
 pytestmark = pytest.mark.slow
@@ -51,9 +53,10 @@ def test_render_equals_plain_kustomize_with_the_pinned_tools(env, chart_ready):
     from trainstack import tools
 
     kustomize, helm = tools.require("kustomize"), tools.require("helm")
-    built = subprocess.run([str(kustomize), "build", "--enable-helm", "--helm-command", str(helm),
-                            str(ROOT / "overlays" / env)], capture_output=True, text=True, cwd=ROOT, timeout=600,
-                           check=False)
+    # the command docs/gitops.md gives: staging and prod read overlays/shared/, outside their folder
+    built = subprocess.run([str(kustomize), "build", "--enable-helm", "--load-restrictor", "LoadRestrictionsNone",
+                            "--helm-command", str(helm), str(ROOT / "overlays" / env)], capture_output=True,
+                           text=True, cwd=ROOT, timeout=600, check=False)
     assert built.returncode == 0, built.stderr
     assert canonical(docs_of(built.stdout)) == canonical(rendered(env))
 
@@ -67,19 +70,133 @@ def test_render_passes_trainstack_validate(env, chart_ready):
     assert report["summary"]["documents"] == len(rendered(env))
 
 
-def test_overlays_differ_only_in_their_values_and_label():
-    """Everything common is in the base Component: the kustomizations are one file but for the
-    environment label (comments aside), and each overlay's values.yaml holds what differs."""
-    base = None
+def values_of(path: str) -> dict:
+    return yaml.safe_load((ROOT / "overlays" / path).read_text()) or {}
+
+
+def leaves(values: dict, prefix: tuple = ()) -> dict[tuple, object]:
+    """Every leaf of a values tree by its key path (lists are leaves, as Helm replaces them whole)."""
+    out: dict[tuple, object] = {}
+    for key, value in values.items():
+        if isinstance(value, dict) and value:
+            out |= leaves(value, (*prefix, key))
+        else:
+            out[(*prefix, key)] = value
+    return out
+
+
+def identity(doc: dict) -> tuple[str, str, str]:
+    return (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"])
+
+
+def without_env_label(doc: dict) -> dict:
+    doc = copy.deepcopy(doc)
+    doc["metadata"]["labels"].pop("trainstack.io/environment")
+    return doc
+
+
+def test_env_values_files_are_the_kustomizations_list_and_shared_settings_live_once():
+    """staging and prod include overlays/shared/production.yaml before their own values.yaml; dev
+    and cpu-only have only their own. No setting is written both in the shared file and in an
+    environment's own file: each own file holds only that environment's differences."""
+    from trainstack import render
+
+    shared = ROOT / "overlays" / "shared" / "production.yaml"
     for env in ENVIRONMENTS:
-        kustomization = yaml.safe_load((ROOT / "overlays" / env / "kustomization.yaml").read_text())
-        assert kustomization["labels"] == [{"pairs": {"trainstack.io/environment": env}, "includeSelectors": False}]
-        assert kustomization["components"] == ["../base"]
-        assert kustomization["helmCharts"][0]["valuesFile"] == "values.yaml"
-        rest = {k: v for k, v in kustomization.items() if k != "labels"}
-        base = base or rest
-        assert rest == base, env
-        assert (ROOT / "overlays" / env / "values.yaml").is_file()
+        own = ROOT / "overlays" / env / "values.yaml"
+        assert render.values_files(env) == ([shared, own] if env in HA_ENVS else [own]), env
+        chart = yaml.safe_load((ROOT / "overlays" / env / "kustomization.yaml").read_text())["helmCharts"][0]
+        assert [chart["valuesFile"], *chart.get("additionalValuesFiles", [])][-1] == "values.yaml", env
+    common = leaves(values_of("shared/production.yaml"))
+    for env in HA_ENVS:
+        assert set(leaves(values_of(f"{env}/values.yaml"))) & set(common) == set(), env
+
+
+def test_staging_and_prod_renders_differ_exactly_as_their_own_values_say():
+    """Everything that differs between the staging and prod renders comes from what prod's (and
+    staging's) own values.yaml set: the required-labels rule, the controllers' resources and
+    prod's teams. Nothing else differs, so the shared file reaches both the same way."""
+    staging_own, prod_own = values_of("staging/values.yaml"), values_of("prod/values.yaml")
+    staging = {identity(d): without_env_label(d) for d in rendered("staging")}
+    prod = {identity(d): without_env_label(d) for d in rendered("prod")}
+    teams = set(prod_own["teams"])
+    assert teams and "teams" not in staging_own
+
+    # objects only prod has: its teams' and the required-labels rule's
+    team_objects = {k for k, d in prod.items() if d["metadata"]["labels"].get("trainstack.io/team") in teams}
+    assert {k[2] for k in team_objects if k[0] == "Namespace"} == teams
+    assert prod_own["policies"]["rules"]["requiredLabels"]["enabled"] is True
+    labels_rule = {("ValidatingAdmissionPolicy", "", "trainstack-required-labels"),
+                   ("ValidatingAdmissionPolicyBinding", "", "trainstack-required-labels")}
+    assert set(prod) - set(staging) == team_objects | labels_rule
+    assert set(staging) - set(prod) == set()
+
+    # objects both have, differing: the two controllers (resources only) and the teams' policy params
+    differ = {k for k in set(staging) & set(prod) if staging[k] != prod[k]}
+    trainer = ("Deployment", "kubeflow-system", "kubeflow-trainer-controller-manager")
+    jobset = ("Deployment", "kubeflow-system", "jobset-controller")
+    params = ("ConfigMap", "kubeflow-system", "trainstack-policy-params")
+    assert differ == {trainer, jobset, params}
+    for key, values in ((trainer, ("kubeflow-trainer", "manager")), (jobset, ("jobset", "controller"))):
+        resources = {}
+        for env, objs, own in (("staging", staging, staging_own), ("prod", prod, prod_own)):
+            container = objs[key]["spec"]["template"]["spec"]["containers"][0]
+            want = own[values[0]][values[1]]["resources"]
+            for part in ("requests", "limits"):  # what the env sets, on top of the chart's (JobSet's cpu limit)
+                assert want[part].items() <= container["resources"][part].items(), (env, key, part)
+            resources[env] = container.pop("resources")
+        assert resources["staging"] != resources["prod"] and staging[key] == prod[key], key
+    changed = {k for k in set(staging[params]["data"]) | set(prod[params]["data"])
+               if staging[params]["data"].get(k) != prod[params]["data"].get(k)}
+    assert changed and {k.split(".")[1] for k in changed} == teams and all(k.startswith("team.") for k in changed)
+
+
+def test_staging_and_prod_both_render_what_the_shared_file_says():
+    shared = values_of("shared/production.yaml")
+    settings = {"kubeflow-trainer-controller-manager": shared["kubeflow-trainer"]["manager"],
+                "jobset-controller": shared["jobset"]["controller"]}
+    mirror = shared["global"]["imageRegistry"]
+    for env in sorted(HA_ENVS):
+        deployments = objects(env, "Deployment")
+        for name, values in settings.items():
+            spec = deployments[name]["spec"]
+            assert spec["replicas"] == values["replicas"] == 2, (env, name)
+            assert spec["template"]["spec"]["affinity"] == values["affinity"], (env, name)
+        assert set(objects(env, "PodDisruptionBudget")) == {"kubeflow-trainer-controller-manager",
+                                                           "jobset-controller-pdb"}
+        owners = [o for kind in ("Deployment", "ClusterTrainingRuntime") for o in objects(env, kind).values()]
+        assert all(c["image"].startswith(mirror + "/") for o in owners for c in containers(o)), env
+        bindings = objects(env, "ValidatingAdmissionPolicyBinding")
+        assert "trainstack-image-registry" in bindings
+        assert {tuple(b["spec"]["validationActions"]) for b in bindings.values()} == {
+            tuple(shared["policies"]["validationActions"])}
+        params = objects(env, "ConfigMap")["trainstack-policy-params"]["data"]
+        assert params["allowedRegistries"] == ",".join(shared["policies"]["params"]["allowedRegistries"]) == MIRROR
+        assert shared["monitoring"]["enabled"] and {"trainstack-trainer", "trainstack-jobset"} <= set(
+            objects(env, "ServiceMonitor"))
+
+
+def test_team_add_writes_the_envs_own_values_and_checks_them_with_the_shared_file(chart_ready, tmp_path):
+    """`trainstack team add --env prod` (in a copy of the checkout) writes prod's own values.yaml only,
+    and its render check uses prod's whole list: a bad setting in the shared file stops it."""
+    root = tmp_path / "checkout"
+    root.mkdir()
+    shutil.copy(ROOT / "trainstack.lock.yaml", root / "trainstack.lock.yaml")
+    (root / "charts").symlink_to(ROOT / "charts")
+    shutil.copytree(ROOT / "overlays", root / "overlays", ignore=shutil.ignore_patterns("argocd"))
+    shared, own = root / "overlays" / "shared" / "production.yaml", root / "overlays" / "prod" / "values.yaml"
+    before = {p: p.read_text() for p in (root / "overlays").rglob("*.yaml")}
+    args = ("team", "add", "vision", "--env", "prod", "--members", "group:vision", "--gpus", "2")
+    result = run_cli(*args, env={"TRAINSTACK_ROOT": str(root)})
+    assert result.returncode == 0, result.stderr
+    changed = [p for p, text in before.items() if p.read_text() != text]
+    assert changed == [own] and "vision" in yaml.safe_load(own.read_text())["teams"]
+
+    own.write_text(before[own])
+    shared.write_text(before[shared].replace("    replicas: 2\n", "    replicas: many\n", 1))
+    result = run_cli(*args, env={"TRAINSTACK_ROOT": str(root)})
+    assert_one_line_error(result, "overlays/prod/values.yaml", "nothing was written")
+    assert own.read_text() == before[own]
 
 
 def test_objects_added_or_removed_per_environment_are_the_intended_ones():
@@ -97,7 +214,7 @@ def test_objects_added_or_removed_per_environment_are_the_intended_ones():
                    ("ClusterRole", "trainstack-metrics-reader"), ("ClusterRoleBinding", "trainstack-metrics-reader"),
                    ("ServiceAccount", "trainstack-metrics-scraper"), ("Secret", "trainstack-metrics-scraper-token")}
     assert ids("staging") - dev == pdbs | registry | monitoring and dev - ids("staging") == set()
-    # prod's example teams (overlays/prod/values.yaml; tests/test_teams.py checks the objects themselves)
+    # prod's example teams (its own overlays/prod/values.yaml; tests/test_teams.py checks the objects themselves)
     teams = {(d["kind"], d["metadata"]["name"]) for d in rendered("prod") if "trainstack.io/team" in d["metadata"]["labels"]}
     assert ("Namespace", "team-a") in teams and ("ResourceQuota", "trainstack-team") in teams
     assert ids("prod") - dev == pdbs | registry | labels | monitoring | teams and dev - ids("prod") == set()
@@ -165,18 +282,14 @@ def test_ha_replicas_prefer_different_nodes():
 
 
 def test_controller_resources_grow_from_dev_to_prod():
-    def cpu(q) -> float:
-        return float(q[:-1]) / 1000 if str(q).endswith("m") else float(q)
-
-    def mem(q: str) -> float:
-        return float(q[:-2]) * {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30}[q[-2:]]
+    from trainstack.quantity import parse as quantity
 
     sizes = {}
     for env in ENVIRONMENTS:
         for name, deployment in objects(env, "Deployment").items():
             resources = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]
-            sizes[env, name] = (cpu(resources["requests"]["cpu"]), mem(resources["requests"]["memory"]),
-                                mem(resources["limits"]["memory"]))
+            sizes[env, name] = (quantity(resources["requests"]["cpu"]), quantity(resources["requests"]["memory"]),
+                                quantity(resources["limits"]["memory"]))
     for name in CONTROLLERS:
         dev, staging, prod = sizes["dev", name], sizes["staging", name], sizes["prod", name]
         assert all(d < s <= p for d, s, p in zip(dev, staging, prod)), (name, dev, staging, prod)

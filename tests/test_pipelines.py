@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import ROOT
 from pipeline_support import PIPELINES, score, step_fails, tp, train_locally
 

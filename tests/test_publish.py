@@ -14,8 +14,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import ROOT, _need, assert_one_line_error, run_cli
-from trainstack import helm
+from trainstack import helm, render
 from trainstack.cluster.local import free_port
 from trainstack.cluster.node import registry_config
 
@@ -57,9 +58,8 @@ def _chart_version() -> str:
 
 
 def _template(chart: str, *args: str) -> str:
-    values = str(ROOT / "overlays" / "prod" / "values.yaml")
     return helm.run(["template", "trainstack", chart, "--namespace", "kubeflow-system", "--include-crds",
-                     "-f", values, *args]).stdout
+                     *render.value_args("prod"), *args]).stdout
 
 
 def _checkout_copy(tmp: Path) -> Path:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import yaml
+
 from trainstack import images
 from trainstack.cluster import node as nodemod
 from trainstack.cluster.local import NodePool

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import ROOT, assert_one_line_error, run_cli
 from trainstack import release
 from trainstack.errors import UserError

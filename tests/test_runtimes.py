@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import yaml
+
 from conftest import ROOT, helm_template, run_cli
 from runtime_support import by_name, docs_of_kind, rendered_runtimes
 

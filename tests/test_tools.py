@@ -82,7 +82,7 @@ def test_helm_builds_default_to_their_client_gos_kubernetes_as_the_released_bina
 
     tool = lock.tool(name)
     go_mod = Path(tools.module_info(tool.module, tool.version)["GoMod"]).read_text()
-    client_go_minor = re.search(r"^\s*k8s\.io/client-go\s+v0\.(\d+)\.", go_mod, re.M).group(1)
+    client_go_minor = re.search(r"^\s*k8s\.io/client-go\s+v0\.(\d+)\.", go_mod, re.MULTILINE).group(1)
     chart = tmp_path / "probe"
     (chart / "templates").mkdir(parents=True)
     (chart / "Chart.yaml").write_text("apiVersion: v2\nname: probe\nversion: 0.1.0\n")
@@ -109,3 +109,106 @@ def test_the_chart_tier_is_helm_and_kustomize_and_the_default_install_leaves_out
 
 def test_an_unknown_tier_is_one_line():
     assert_one_line_error(run_cli("tools", "install", "--tier", "nope"), "--tier nope: no such tier (tiers: bench, chart, gitops)")
+
+
+# -- tools built as their releases are (the link-time settings of each upstream release build) --
+
+
+def _installed(binary: str) -> Path:
+    from trainstack import tools
+
+    found = tools.find(binary)
+    if found is None:
+        pytest.fail(f"{binary} is not installed: run 'make setup' (make test does it for you)")
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["kind", "kwok", "etcd", "coredns", "lws-controller"])
+def test_tools_with_a_version_command_report_their_pinned_version(name, lock):
+    """What `versionArgs` prints is what a PATH copy is trusted by, and what the released binary prints
+    (kind, etcd and CoreDNS keep the version in source; kwok and LWS get it at link time as their release
+    builds do: LWS built without it printed v0.0.0-main)."""
+    from trainstack import tools
+
+    tool = lock.tool(name)
+    for binary in tool.packages:
+        assert tools._reports_version(str(_installed(binary)), tool), f"{binary} {tool.version_args} != {tool.version}"
+
+
+@pytest.mark.slow
+def test_promtool_reports_the_prometheus_release_its_version_file_names(lock):
+    """Prometheus' release build (promu) stamps the VERSION file's version; the lock pins the Go module
+    (v0.316.0), from which the build derives it."""
+    import subprocess
+
+    from trainstack import tools
+
+    tool = lock.tool("promtool")
+    release = (Path(tools.module_info(tool.module, tool.version)["Dir"]) / "VERSION").read_text().strip()
+    out = subprocess.run([str(_installed("promtool")), "--version"], capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[0].startswith(f"promtool, version {release} "), out.stdout
+
+
+@pytest.mark.slow
+def test_kwokctl_defaults_to_the_kubernetes_release_upstreams_release_build_sets(lock, tmp_path):
+    """kwok's release build sets the default Kubernetes version to the first of the module's
+    supported_releases.txt (its Makefile's LATEST_KUBE_RELEASE); kwokctl's defaults show it."""
+    import subprocess
+
+    import yaml
+
+    from trainstack import tools
+
+    tool = lock.tool("kwok")
+    module_dir = Path(tools.module_info(tool.module, tool.version)["Dir"])
+    latest = (module_dir / "supported_releases.txt").read_text().split()[0]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KWOK_")}
+    out = subprocess.run([str(_installed("kwokctl")), "config", "view"], capture_output=True, text=True, timeout=30,
+                         env={**env, "HOME": str(tmp_path)}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    config = next(d for d in yaml.safe_load_all(out.stdout) if d and d.get("kind") == "KwokctlConfiguration")
+    options = config["options"]
+    assert options["kubeVersion"] == f"v{latest}"
+    assert options["kwokVersion"] == tool.version
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("binary", ["jobset-controller", "kueue-controller"])
+def test_controllers_start_with_the_version_their_release_images_report(binary, lock, tmp_path):
+    """JobSet and Kueue have no version command: they log it as they start (Kueue also as the git_version of
+    its kueue_build_info metric). Each run here stops by itself before it serves anything: JobSet on a
+    missing --config (after reading a kubeconfig it never connects with), Kueue on a missing kubeconfig."""
+    import json
+    import subprocess
+
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: none\n"
+        "clusters: [{name: none, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: none, user: {token: none}}]\n"
+        "contexts: [{name: none, context: {cluster: none, user: none}}]\n")
+    args = {"jobset-controller": [f"--kubeconfig={kubeconfig}", f"--config={tmp_path / 'missing.yaml'}"],
+            "kueue-controller": [f"--kubeconfig={tmp_path / 'missing-kubeconfig'}"]}[binary]
+    out = subprocess.run([str(_installed(binary)), *args, "--zap-encoder=json"], capture_output=True, text=True,
+                         timeout=60, env={**os.environ, "HOME": str(tmp_path)}, cwd=tmp_path)
+    assert out.returncode != 0, "expected the probe run to stop before serving"
+    records = [json.loads(line) for line in (out.stdout + out.stderr).splitlines() if line.startswith("{")]
+    start = next((r for r in records if r.get("msg") == "Initializing"), None)
+    assert start is not None, out.stderr[-2000:]
+    assert start["gitVersion"] == lock.tool_for_binary(binary).version
+
+
+def test_a_prometheus_version_placeholder_on_another_version_scheme_is_one_clear_error():
+    from trainstack import lock as lockmod
+    from trainstack.errors import UserError
+
+    def tool(version: str) -> lockmod.Tool:
+        return lockmod.Tool(name="promtool", module="github.com/prometheus/prometheus", version=version,
+                            packages={"promtool": "github.com/prometheus/prometheus/cmd/promtool"},
+                            ldflags="-X github.com/prometheus/common/version.Version={prometheusVersion}")
+
+    assert tool("v0.305.2").expanded_ldflags() == "-X github.com/prometheus/common/version.Version=3.5.2"
+    with pytest.raises(UserError, match=r"tools\.promtool\.ldflags uses \{prometheusVersion\}, but version v3\.16\.0"):
+        tool("v3.16.0").expanded_ldflags()

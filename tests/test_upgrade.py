@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from test_release import commit_all, git, repo  # noqa: F401  (the temporary repository fixture)
 from trainstack.e2e import upgrade
 from trainstack.errors import UserError

@@ -38,7 +38,7 @@ from kfp.dsl import Dataset, Input, Metrics, Output
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from trainjob_component import KUBEFLOW_REQUIREMENT, STEP_IMAGE, run_trainjob  # noqa: E402
+from trainjob_component import KUBEFLOW_REQUIREMENT, STEP_IMAGE, run_trainjob
 
 TRAIN_SCRIPT = HERE.parent / "train_ddp.py"
 PIPELINE_NAME = "trainstack-train-evaluate"
@@ -186,10 +186,9 @@ def evaluate(script: str, namespace: str, trainjob: str, output_claim: str, outp
                 fail(f"evaluate: the checkpoint read from volume {output_claim} is damaged "
                      f"({len(data)} of {size} bytes arrived)")
         finally:
-            try:
+            # the pod is gone already or will be garbage anyway
+            with contextlib.suppress(Exception):
                 core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
-            except Exception:  # noqa: BLE001 - the pod is gone already or will be garbage anyway
-                pass
         checkpoint = os.path.join(tempfile.mkdtemp(prefix="checkpoint-"), checkpoint_name)
         with open(checkpoint, "wb") as handle:
             handle.write(data)

@@ -31,7 +31,7 @@ from kfp import dsl
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from trainstack import lock as _lock  # noqa: E402  (versions come from the lock, nowhere else)
+from trainstack import lock as _lock
 
 _LOCK = _lock.load(ROOT / "trainstack.lock.yaml")
 # The image every step of the example runs in: the locked torch image (python, pip and torch).

@@ -24,7 +24,7 @@ import yaml
 
 from . import lock as lockmod
 from . import progress
-from .errors import UserError
+from .errors import UserError, output_line
 
 GROUP = "trainer.kubeflow.org"
 TEAM_LABEL = "trainstack.io/team"
@@ -74,8 +74,8 @@ class Cluster:
     def resources(self) -> set[str]:
         result = self.kube.kubectl("api-resources", "-o", "name", check=False, timeout=60)
         if result.returncode:
-            lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
-            raise UserError(f"cannot reach the cluster: {lines[-1] if lines else 'kubectl api-resources failed'}",
+            said = output_line(result.stderr, markers=(), empty="kubectl api-resources failed")
+            raise UserError(f"cannot reach the cluster: {said}",
                             "is the cluster running and the kube context right (--kubeconfig, --context)?")
         return set(result.stdout.split())
 

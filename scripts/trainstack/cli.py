@@ -9,11 +9,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 import traceback
 from pathlib import Path
 
-from . import __version__, progress
+from . import __version__, paths, progress
 from .errors import UsageError, UserError
 
 
@@ -70,6 +71,10 @@ def _cmd_deps(args: argparse.Namespace) -> int:
 def _cmd_render(args: argparse.Namespace) -> int:
     from . import render
 
+    if args.values_args:  # helm's -f list for ENV (shell words, relative to the repository)
+        files = [str(f.relative_to(paths.repo_root())) for f in render.values_files(args.env)]
+        print(" ".join(f"-f {shlex.quote(f)}" for f in files))
+        return 0
     objects = render.render_objects(args.env)
     if args.out:
         written = render.write_dir(objects, Path(args.out))
@@ -153,6 +158,9 @@ def build_parser() -> argparse.ArgumentParser:
     render_p = sub.add_parser("render", help="render an environment's manifests")
     render_p.add_argument("--env", required=True, help="overlay name under overlays/ (e.g. dev)")
     render_p.add_argument("-o", "--out", help="write one file per object under this folder")
+    render_p.add_argument("--values-args", action="store_true",
+                          help="print only helm's -f arguments for ENV's values files, in order "
+                          "(helm upgrade ... $(trainstack render --env prod --values-args))")
     render_p.set_defaults(func=_cmd_render)
 
     lock_p = sub.add_parser("lock", help="check trainstack.lock.yaml")
@@ -163,7 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     lock_p.add_argument("--output", choices=["text", "json"], default="text")
     lock_p.set_defaults(func=_cmd_lock)
 
-    docs_p = sub.add_parser("docs", help="regenerate generated docs: the chart README and the README tables")
+    docs_p = sub.add_parser("docs", help="regenerate generated files: the chart README and values.schema.json, "
+                                         "the README tables")
     docs_p.add_argument("--check", action="store_true", help="fail when a generated file is stale")
     docs_p.set_defaults(func=_cmd_docs)
 

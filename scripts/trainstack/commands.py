@@ -5,6 +5,7 @@ Adding a command is one line here plus its own module, so cli.py stays about par
 
 from __future__ import annotations
 
+import argparse
 import importlib
 
 MODULES: list[str] = [
@@ -21,8 +22,15 @@ MODULES: list[str] = [
     "trainstack.convert.command",
     "trainstack.migrate",
     "trainstack.backup",
+    "trainstack.lint",
 ]
 
 
 def registrars():
     return [importlib.import_module(name).register for name in MODULES]
+
+
+def group(sub: argparse._SubParsersAction, name: str, help: str) -> argparse._SubParsersAction:
+    """`trainstack NAME ...`: a command of subcommands (chosen subcommand in args.NAME_command)."""
+    parser = sub.add_parser(name, help=help)
+    return parser.add_subparsers(dest=f"{name}_command", required=True, parser_class=type(parser))

@@ -22,7 +22,7 @@ import yaml
 
 from . import chartpack, helm, paths, progress, tools
 from . import lock as lockmod
-from .errors import UserError
+from .errors import UserError, output_line
 
 REPORT = ".trainstack-deps.json"
 OCI_TIMEOUT_S = 120
@@ -102,8 +102,7 @@ def _try_oci(chart_dir: Path, lock: lockmod.Lock) -> str:
         return f"no answer within {OCI_TIMEOUT_S}s"
     if result.returncode == 0:
         return ""
-    lines = [ln for ln in (result.stderr or result.stdout).strip().splitlines() if ln.strip()]
-    return lines[-1] if lines else f"helm exited {result.returncode}"
+    return output_line(result.stderr or result.stdout, markers=(), empty=f"helm exited {result.returncode}")
 
 
 def _verified_zip(source: lockmod.ModuleSource) -> Path:

@@ -50,15 +50,24 @@ class Tool:
     def expanded_ldflags(self, go_mod: str = "") -> str:
         """The ldflags with {version}, {semver} (no leading v) and {minor} (of this tool), and {k8sMajor}/{k8sMinor}: the
         Kubernetes version of the k8s.io/client-go that `go_mod` (the module's go.mod) requires,
-        computed as upstream release builds do (helm's Makefile: client-go v0.X.Y is Kubernetes 1.X)."""
+        computed as upstream release builds do (helm's Makefile: client-go v0.X.Y is Kubernetes 1.X);
+        {prometheusVersion}: the Prometheus release of a prometheus/prometheus module version."""
         flags = self.ldflags.replace("{version}", self.version).replace("{minor}", self.minor)
         flags = flags.replace("{semver}", self.version.lstrip("v"))  # the version without its leading v
         if "{k8sMajor}" in flags or "{k8sMinor}" in flags:
-            found = re.search(r"^\s*k8s\.io/client-go\s+v(\d+)\.(\d+)\.", go_mod, re.M)
+            found = re.search(r"^\s*k8s\.io/client-go\s+v(\d+)\.(\d+)\.", go_mod, re.MULTILINE)
             if not found:
                 raise ValueError(f"{self.name}: ldflags use the Kubernetes version, but {self.module}@{self.version}'s "
                                  "go.mod requires no k8s.io/client-go")
             flags = flags.replace("{k8sMajor}", str(int(found.group(1)) + 1)).replace("{k8sMinor}", found.group(2))
+        if "{prometheusVersion}" in flags:
+            # Prometheus' Go module tags v0.<major><minor, 2 digits>.<patch> are its releases (v0.316.0 is 3.16.0),
+            # the version its release build (promu, from the VERSION file) stamps.
+            found = re.fullmatch(r"v0\.(\d+)(\d\d)\.(\d+)", self.version)
+            if not found:
+                raise UserError(f"trainstack.lock.yaml: tools.{self.name}.ldflags uses {{prometheusVersion}}, but "
+                                f"version {self.version} is no Prometheus module version (v0.XYY.Z)")
+            flags = flags.replace("{prometheusVersion}", f"{found.group(1)}.{int(found.group(2))}.{found.group(3)}")
         return flags
 
 

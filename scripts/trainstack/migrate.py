@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from . import helm, paths, progress, tools
+from . import commands, helm, paths, progress, tools
 from . import lock as lockmod
 from .errors import UserError
 
@@ -203,13 +203,12 @@ class Migration:
 
     def rendered(self) -> list[dict[str, Any]]:
         from . import deps
+        from . import render as rendermod
 
         deps.ensure(self.lock)
-        values = paths.overlays_dir() / self.env / "values.yaml"
-        if not values.is_file():
-            raise UserError(f"{values} not found", f"environment '{self.env}' needs a values.yaml", exit_code=2)
+        values = rendermod.value_args(self.env)  # the overlay's values files, in its kustomization's order
         return objects(helm.run(["template", TRAINSTACK_RELEASE, str(paths.chart_dir()), "--namespace",
-                                 self.namespace, "-f", str(values)], lock=self.lock).stdout)
+                                 self.namespace, *values], lock=self.lock).stdout)
 
     def plan(self) -> tuple[list[Action], list[dict[str, Any]]]:
         upstream = self.upstream_objects()
@@ -250,15 +249,16 @@ class Migration:
     def _install(self, rendered: list[dict[str, Any]]) -> str:
         """CRDs server-side, helm install, then wait until the controllers are Available and every golden
         runtime exists; returns how many exist (nothing of upstream's is removed before this returns)."""
+        from . import render as rendermod
         from .e2e.upgrade import rendered_crds
 
-        values = paths.overlays_dir() / self.env / "values.yaml"
-        crds = rendered_crds(paths.chart_dir(), ["-f", str(values)], self.namespace, self.lock)
+        values = rendermod.value_args(self.env)
+        crds = rendered_crds(paths.chart_dir(), values, self.namespace, self.lock)
         self.kube.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=trainstack", "-f", "-",
                           input_text=yaml.safe_dump_all(crds), timeout=180)
         # --force-conflicts: the adopted objects carry fields other managers applied server-side (upstream's
         # runtime installer applies its runtimes with `kubectl apply --server-side`); trainstack now owns them.
-        self.helm("install", TRAINSTACK_RELEASE, str(paths.chart_dir()), "-n", self.namespace, "-f", str(values),
+        self.helm("install", TRAINSTACK_RELEASE, str(paths.chart_dir()), "-n", self.namespace, *values,
                   "--force-conflicts", "--wait", "--timeout", "300s", timeout=420)
         self.kube.kubectl("wait", "--for=condition=Available", "--timeout=180s", "deployment", "--all", "-n",
                           self.namespace, timeout=210)
@@ -295,8 +295,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("migrate", help="hand a cluster over to trainstack (from upstream's kubeflow-trainer chart)")
-    msub = parser.add_subparsers(dest="migrate_command", required=True, parser_class=type(parser))
+    msub = commands.group(sub, "migrate", "hand a cluster over to trainstack (from upstream's kubeflow-trainer chart)")
     up = msub.add_parser("from-upstream", help="take over a kubeflow-trainer release without deleting CRDs or "
                                                "TrainJobs (prints the plan first; --dry-run stops there)")
     up.add_argument("--release", required=True, help="name of the upstream kubeflow-trainer release")

@@ -16,7 +16,7 @@ import subprocess
 
 from . import lock as lockmod
 from . import progress, tools
-from .errors import UserError
+from .errors import UserError, output_line
 
 NODE_TOOLS = ("kubernetes-node", "containerd", "coredns", "registry", "crane")
 
@@ -65,7 +65,7 @@ def install_prereqs(lock: lockmod.Lock) -> list[str]:
         result = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
                                  *[f"{n}={v}" for n, v in missing.items()]], capture_output=True, text=True, env=env)
     if result.returncode != 0:
-        raise UserError(f"apt-get install failed: {(result.stderr or result.stdout).strip().splitlines()[-1][:300]}",
+        raise UserError(f"apt-get install failed: {output_line(result.stderr or result.stdout, markers=(), limit=300)}",
                         "check the versions under 'debian' in trainstack.lock.yaml against apt-cache policy")
     return list(missing)
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from . import chartpack, deps, helm, paths, progress
+from . import chartpack, commands, deps, helm, paths, progress
 from . import lock as lockmod
 from .errors import UsageError, UserError
 
@@ -148,8 +148,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("chart", help="the umbrella chart as an artifact")
-    csub = parser.add_subparsers(dest="chart_command", required=True, parser_class=type(parser))
+    csub = commands.group(sub, "chart", "the umbrella chart as an artifact")
     pub = csub.add_parser("publish", help="package charts/trainstack (dependencies and CRDs included) and push it "
                                           "to an OCI registry with the pinned helm; never overwrites a version")
     pub.add_argument("--registry", required=True, help="where to push: oci://HOST[:PORT]/PATH")

@@ -26,8 +26,8 @@ from typing import Any
 
 import yaml
 
-from . import paths, progress
-from .errors import UserError
+from . import commands, paths, progress
+from .errors import UserError, output_line
 
 RELEASES_FILE = "releases.yaml"
 CHANGELOG_FILE = "CHANGELOG.md"
@@ -213,8 +213,7 @@ def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProce
     except FileNotFoundError:
         raise UserError("git is not installed", "release and upgrade checks read the git history") from None
     if check and result.returncode != 0:
-        lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
-        raise UserError(f"git {' '.join(args[:2])} failed in {root}: {lines[-1] if lines else 'no output'}")
+        raise UserError(f"git {' '.join(args[:2])} failed in {root}: {output_line(result.stderr, markers=())}")
     return result
 
 
@@ -402,12 +401,13 @@ def _cmd(args: argparse.Namespace) -> int:
     if args.release_command == "crds":
         import yaml
 
+        from . import render as rendermod
         from .e2e.upgrade import rendered_crds
 
-        env_values = root / "overlays" / args.env / "values.yaml"
-        if not env_values.is_file():
-            raise UserError(f"no environment '{args.env}': {env_values} does not exist", exit_code=2)
-        values = ["-f", str(env_values)] + [a for f in args.values for a in ("-f", f)]
+        if not (root / "overlays" / args.env / "kustomization.yaml").is_file():
+            raise UserError(f"no environment '{args.env}': {root / 'overlays' / args.env} has no kustomization.yaml",
+                            exit_code=2)
+        values = rendermod.value_args(args.env, root=root) + [a for f in args.values for a in ("-f", f)]
         print(yaml.safe_dump_all(rendered_crds(paths.chart_dir(), values), sort_keys=False), end="")
         return 0
     if args.release_command == "cut":
@@ -430,8 +430,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("release", help="the release record: check it, list it, write CHANGELOG.md, cut")
-    rsub = parser.add_subparsers(dest="release_command", required=True, parser_class=type(parser))
+    rsub = commands.group(sub, "release", "the release record: check it, list it, write CHANGELOG.md, cut")
     check_p = rsub.add_parser("check", help="fail when the chart changed since the last release but its version "
                                             "or the changelog did not")
     check_p.add_argument("--output", choices=["text", "json"], default="text")
@@ -443,7 +442,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     cut_p.add_argument("--commit", default="HEAD", help="git ref the release is cut from (default HEAD)")
     crds_p = rsub.add_parser("crds", help="the CRDs the chart installs with an environment's values (for the "
                                           "server-side apply before helm upgrade: Helm does not upgrade crds/)")
-    crds_p.add_argument("--env", default="dev", help="overlay whose values.yaml decides the optional CRDs (default dev)")
+    crds_p.add_argument("--env", default="dev", help="overlay whose values files decide the optional CRDs (default dev)")
     crds_p.add_argument("-f", "--values", action="append", default=[], help="more values files, as for helm")
     for p in (check_p, list_p, changelog_p, cut_p, crds_p):
         p.set_defaults(func=_cmd)

@@ -3,6 +3,11 @@ umbrella chart with the pinned helm, then sorted into a deterministic order.
 
 `kustomize build --enable-helm overlays/ENV` and `trainstack render --env ENV` therefore give
 the same objects; render only orders them and writes them out.
+
+Which values files make up an environment is read from one place, its kustomization's
+`helmCharts` entry (`valuesFile`, then `additionalValuesFiles`): `values_files`, `value_args`
+(helm `-f a -f b`) and `env_values` (the merged values) serve every command that installs or
+reads an environment's values without kustomize.
 """
 
 from __future__ import annotations
@@ -46,6 +51,94 @@ def overlay_dir(env: str) -> Path:
     return paths.overlays_dir() / env
 
 
+def values_files(env: str, root: Path | None = None) -> list[Path]:
+    """The values files that make up ENV, in Helm's order (a later file wins): the overlay's
+    helmCharts `valuesFile`, then its `additionalValuesFiles`, resolved relative to the overlay.
+    `root` is another checkout (an older release's tree); by default this repository."""
+    overlay = (root / "overlays" / env) if root is not None else overlay_dir(env)
+    top = root if root is not None else paths.repo_root()
+    kustomization = overlay / "kustomization.yaml"
+    shown = _shown(kustomization, top)
+    if not kustomization.is_file():
+        raise UserError(f"{shown} not found", f"environment '{env}' needs an overlay folder", exit_code=2)
+    try:
+        data = yaml.safe_load(kustomization.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"{shown}: not valid YAML: {str(exc).splitlines()[0]}", exit_code=2) from None
+    charts = [c for c in (data.get("helmCharts") or []) if isinstance(c, dict) and c.get("name") == "trainstack"]
+    if len(charts) != 1:
+        raise UserError(f"{shown}: helmCharts has {len(charts)} entries named trainstack, want 1",
+                        "an overlay inflates the umbrella chart once", exit_code=2)
+    chart = charts[0]
+    index = data["helmCharts"].index(chart)
+    extra = chart.get("additionalValuesFiles") or []
+    if not isinstance(extra, list):
+        raise UserError(f"{shown}: helmCharts[{index}].additionalValuesFiles is not a list", exit_code=2)
+    # kustomize reads the chart's own values.yaml when valuesFile is unset: no file to add then
+    listed = [(f"helmCharts[{index}].valuesFile", chart["valuesFile"])] if chart.get("valuesFile") else []
+    listed += [(f"helmCharts[{index}].additionalValuesFiles[{i}]", name) for i, name in enumerate(extra)]
+    files = []
+    for field, name in listed:
+        path = (overlay / str(name)).resolve()
+        if not path.is_relative_to(top.resolve()):
+            raise UserError(f"{shown}: {field}: {name} is outside the repository",
+                            "keep an environment's values files in the repository", exit_code=2)
+        if not path.is_file():
+            raise UserError(f"{shown}: {field}: {name} not found ({_shown(path, top)})",
+                            "create the file or remove it from the list", exit_code=2)
+        files.append(path)
+    return files
+
+
+def _shown(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(root.resolve()))
+    except ValueError:
+        return str(path)
+
+
+def value_args(env: str, root: Path | None = None) -> list[str]:
+    """helm's `-f FILE` arguments for ENV, in the kustomization's order."""
+    return [arg for path in values_files(env, root) for arg in ("-f", str(path))]
+
+
+def merge_values(base: dict, override: dict) -> dict:
+    """Helm's merge of two values files: maps merge key by key, anything else is replaced, and a
+    null in the later file removes the key."""
+    out = dict(base)
+    for key, value in override.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge_values(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def env_values(env: str, root: Path | None = None) -> dict[str, Any]:
+    """ENV's values as Helm sees them: its values files merged in order (the chart defaults not included)."""
+    merged: dict[str, Any] = {}
+    for path in values_files(env, root):
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}", exit_code=2) from None
+        if not isinstance(data, dict):
+            raise UserError(f"{path}: a values file is a mapping, not {type(data).__name__}", exit_code=2)
+        merged = merge_values(merged, data)
+    return merged
+
+
+def load_restrictor_args(env: str) -> list[str]:
+    """kustomize refuses files outside the overlay folder; values files shared between overlays
+    (overlays/shared/) need that lifted. values_files has checked that each listed values file is
+    in the repository, so the rule becomes "in the repository" for those overlays only."""
+    overlay = overlay_dir(env).resolve()
+    outside = [p for p in values_files(env) if not p.is_relative_to(overlay)]
+    return ["--load-restrictor", "LoadRestrictionsNone"] if outside else []
+
+
 def sort_key(doc: dict) -> tuple:
     kind = str(doc.get("kind", ""))
     meta = doc.get("metadata") or {}
@@ -57,9 +150,10 @@ def kustomize_build(env: str, lock: lockmod.Lock | None = None) -> str:
     """Raw `kustomize build --enable-helm` output for overlays/ENV, with the pinned helm."""
     lock = lock or lockmod.load()
     directory = overlay_dir(env)
+    restrictor = load_restrictor_args(env)  # checks the values files first: a missing one is one line
     deps.ensure(lock)
     helm_bin = tools.require("helm", lock)
-    result = helm.run(["build", "--enable-helm", "--helm-command", str(helm_bin), str(directory)],
+    result = helm.run(["build", "--enable-helm", *restrictor, "--helm-command", str(helm_bin), str(directory)],
                       lock=lock, binary="kustomize", check=False)
     if result.returncode != 0:
         raise UserError(f"overlays/{env}: kustomize build failed: {helm.first_error_line(result.stderr)}",

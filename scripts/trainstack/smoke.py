@@ -26,12 +26,13 @@ import subprocess
 import sys
 import tempfile
 import time
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from . import paths, progress
-from .errors import UsageError, UserError
+from . import commands, paths, progress
+from . import quantity as quantitymod
+from .errors import UsageError, UserError, output_line
 
 # Upstream constants (pkg/constants/constants.go, v2.3.0).
 CONTAINER_TRAINER_PORT = 29500
@@ -50,20 +51,12 @@ STOP_GRACE_S = 10.0
 
 # ---- the controller's rules -----------------------------------------------------------------------
 
-_SUFFIXES = {"": 1, "m": Decimal("0.001"), "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
-             "E": 10**18, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-
-
 def quantity(value: object, where: str = "quantity") -> Decimal:
     """A Kubernetes resource quantity ('2', '500m', '2.5', 1) as a Decimal."""
-    text = str(value).strip()
-    match = re.fullmatch(r"([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)", text)
-    if not match or match.group(2) not in _SUFFIXES:
-        raise UserError(f"{where}: {value!r} is not a Kubernetes quantity (e.g. 2, 500m, 1.5)")
     try:
-        return Decimal(match.group(1)) * Decimal(_SUFFIXES[match.group(2)])
-    except InvalidOperation as err:
-        raise UserError(f"{where}: {value!r} is not a Kubernetes quantity") from err
+        return quantitymod.parse(value.strip() if isinstance(value, str) else value)
+    except quantitymod.QuantityError:
+        raise UserError(f"{where}: {value!r} is not a Kubernetes quantity (e.g. 2, 500m, 1.5)") from None
 
 
 def _value(q: Decimal) -> int:
@@ -234,8 +227,8 @@ def _launch_isolated(spec: dict, workdir: Path, unshare: list[str] | None) -> di
             raise
         raise UserError(f"the node launcher did not return within {spec['timeout']}s", f"logs: {workdir}") from err
     if child.returncode != 0 or not result_path.is_file():
-        tail = (output or b"").decode(errors="replace").strip().splitlines()[-1:] or ["no output"]
-        raise UserError(f"the node launcher failed in its network namespace: {tail[0]}",
+        said = output_line((output or b"").decode(errors="replace"), markers=())
+        raise UserError(f"the node launcher failed in its network namespace: {said}",
                         "run with --network host to skip the namespace")
     return json.loads(result_path.read_text())
 
@@ -455,8 +448,7 @@ def _cmd_install(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    smoke = subparsers.add_parser("smoke", help="real torch DDP training smoke (two torchrun nodes on this machine)")
-    sub = smoke.add_subparsers(dest="smoke_command", required=True, parser_class=type(smoke))
+    sub = commands.group(subparsers, "smoke", "real torch DDP training smoke (two torchrun nodes on this machine)")
 
     train = sub.add_parser("train", help="run examples/train_ddp.py as a TrainJob's nodes would, and check it",
                            description="Runs examples/train_ddp.py with torchrun as the nodes of a TrainJob, each "

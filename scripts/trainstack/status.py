@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from . import kubeapi, progress
 from . import lock as lockmod
-from . import progress
 from .errors import UserError
 
 # Deployment name -> (component, lock image). The chart's stable names (fullnameOverride).
@@ -95,11 +95,11 @@ class Cluster:
             if context and context not in {c["name"] for c in contexts}:
                 raise UserError(f"kube context '{context}' is not in the kubeconfig",
                                 f"known: {', '.join(c['name'] for c in contexts) or 'none'}", exit_code=2)
-            self.api = config.new_client_from_config(config_file=kubeconfig, context=context)
         except (ConfigException, OSError, TypeError) as err:
             where = kubeconfig or "KUBECONFIG / ~/.kube/config"
             raise UserError(f"no usable kube context in {where}: {str(err).splitlines()[0]}",
                             "set KUBECONFIG or pass --kubeconfig/--context") from None
+        self.api = kubeapi.client(kubeconfig, context)
         self.context = chosen
         self._client = client
 

@@ -19,9 +19,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import deps, helm, paths, progress
+from . import commands, deps, helm, paths, progress
 from . import lock as lockmod
-from .errors import UsageError, UserError
+from .errors import UsageError, UserError, output_line
 
 RESERVED = ("defaults", "kueue")
 _YAML11_BOOLS = {"y", "n", "yes", "no", "on", "off", "true", "false"}
@@ -101,10 +101,13 @@ def add(env: str, name: str, entry: dict, values_path: Path | None = None, check
     """Add team NAME to ENV's values file; returns (path, unified diff). Nothing is written when
     the chart rejects the result."""
     from ruamel.yaml.comments import CommentedMap
+    from ruamel.yaml.error import YAMLError
 
-    from .render import overlay_dir
+    from .render import overlay_dir, values_files
 
     path = values_path or overlay_dir(env) / "values.yaml"
+    # The environment's other values files (overlays/shared/...) render with it, in its kustomization's order.
+    env_files = [] if values_path else values_files(env)
     rel = _relative(path)
     if name in RESERVED:
         raise UserError(f"{rel}: teams.{name}: '{name}' is reserved under teams (it holds settings); choose another team name")
@@ -112,7 +115,7 @@ def add(env: str, name: str, entry: dict, values_path: Path | None = None, check
     before = path.read_text() if path.is_file() else ""
     try:
         data = y.load(before) if before.strip() else None
-    except Exception as err:  # ruamel raises many YAMLError subclasses
+    except YAMLError as err:  # ruamel raises many YAMLError subclasses
         raise UserError(f"{rel}: not valid YAML: {str(err).splitlines()[0]}") from None
     if data is None:
         data = CommentedMap()
@@ -137,7 +140,7 @@ def add(env: str, name: str, entry: dict, values_path: Path | None = None, check
     y.dump(data, buffer)
     after = buffer.getvalue()
     if check:
-        _render_check(after, rel)
+        _render_check(after, rel, path, env_files)
     path.write_text(after)
     diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                         fromfile=f"a/{rel.lstrip('/')}", tofile=f"b/{rel.lstrip('/')}"))
@@ -151,15 +154,20 @@ def _relative(path: Path) -> str:
         return str(path)
 
 
-def _render_check(values_text: str, rel: str) -> None:
-    """Render the chart with the new values; the chart's own checks decide (one line on failure)."""
+def _render_check(values_text: str, rel: str, path: Path | None = None, env_files: list[Path] | None = None) -> None:
+    """Render the chart with the new values (in place of `path` among the environment's values
+    files `env_files`, when given); the chart's own checks decide (one line on failure)."""
     lock = lockmod.load()
     deps.ensure(lock)
     with tempfile.NamedTemporaryFile("w", suffix=".yaml", prefix="trainstack-team-") as handle:
         handle.write(values_text)
         handle.flush()
+        own = path.resolve() if path else None
+        files = [handle.name if f == own else str(f) for f in env_files or []]
+        if handle.name not in files:
+            files.append(handle.name)
         result = helm.run(["template", "trainstack", str(paths.chart_dir()), "--namespace", "kubeflow-system",
-                           "--kube-version", lock.kubernetes_version, "-f", handle.name],
+                           "--kube-version", lock.kubernetes_version, *[a for f in files for a in ("-f", f)]],
                           lock=lock, check=False)
     if result.returncode != 0:
         line = _CHART_ERROR.sub("", helm.first_error_line(result.stderr))
@@ -182,8 +190,7 @@ def _cmd_team(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    team = subparsers.add_parser("team", help="onboard teams: one reviewed change to an environment's values")
-    sub = team.add_subparsers(dest="team_command", required=True, parser_class=type(team))
+    sub = commands.group(subparsers, "team", "onboard teams: one reviewed change to an environment's values")
     add_p = sub.add_parser("add", help="add a team (namespace, quota, roles, Kueue queue) to ENV's values file",
                            description="Writes teams.NAME into overlays/ENV/values.yaml, keeping the file's comments "
                                        "and order, after the chart has rendered it. Members: alice, user:alice, "
@@ -203,7 +210,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_p.add_argument("--runtimes", action="append", help="golden runtimes it may use (default: all)")
     add_p.add_argument("--own-runtimes", action="store_true", help="may define its own TrainingRuntimes")
     add_p.add_argument("--output", choices=["text", "json"], default="text")
-    team.set_defaults(func=_cmd_team)
+    add_p.set_defaults(func=_cmd_team)
 
 
 # -- live checks over a kubeconfig (for the e2e suite) ------------------------------------------
@@ -300,9 +307,8 @@ def access_matrix(kubeconfig: Path, user: str, own_namespace: str, other_namespa
         job = trainjob_manifest("access-check", ns, team, runtime, image)
         result = _kubectl(kubeconfig, "create", "--dry-run=server", "-o", "name", "-f", "-", *as_args,
                           input_text=yaml.safe_dump(job))
-        detail = (result.stderr or result.stdout).strip().splitlines()[-1:] if result.returncode else []
-        rows.append(AccessRow(f"submit a TrainJob in {ns} (server dry run)", mine, result.returncode == 0,
-                              detail[0] if detail else ""))
+        detail = output_line(result.stderr or result.stdout, markers=(), empty="") if result.returncode else ""
+        rows.append(AccessRow(f"submit a TrainJob in {ns} (server dry run)", mine, result.returncode == 0, detail))
     listed = _kubectl(kubeconfig, "get", "clustertrainingruntimes", "-o", "name", *as_args)
     rows.append(AccessRow("read the golden ClusterTrainingRuntimes", True,
                           listed.returncode == 0 and f"clustertrainingruntime.trainer.kubeflow.org/{runtime}" in listed.stdout,

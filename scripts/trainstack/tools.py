@@ -190,7 +190,7 @@ def _build(tool: lockmod.Tool) -> dict:
         _run(["go", "mod", "init", f"trainstack.local/build/{tool.name}"], work, env, log)
     if tool.staging_replace:
         info = module_info(tool.module, tool.version, env)
-        staging = re.findall(r"^\s*(\S+)\s+=>\s+\./staging/src/\S+", Path(info["GoMod"]).read_text(), re.M)
+        staging = re.findall(r"^\s*(\S+)\s+=>\s+\./staging/src/\S+", Path(info["GoMod"]).read_text(), re.MULTILINE)
         patch = f"v0.{tool.minor}.{tool.version.split('.')[2]}"
         for module in staging:
             _run(["go", "mod", "edit", f"-replace={module}={module}@{patch}"], work, env, log)

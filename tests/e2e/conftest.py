@@ -15,16 +15,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from trainstack import paths, tools
+
+from conftest import need_binaries
+from trainstack import paths
 from trainstack.cluster.local import BINARIES, LocalCluster
 from trainstack.e2e import suite as suitemod
 from trainstack.e2e.providers.local import REAL_NODE_TOOLS, LocalProvider, controller_binaries
-
-
-def need_binaries(*names: str) -> None:
-    missing = [n for n in names if tools.find(n) is None]
-    if missing:
-        pytest.fail(f"not installed: {', '.join(missing)}: run 'make setup' (make test does it for you)")
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from conftest import run_cli
 from trainstack.cluster.local import BINARIES
 from trainstack.e2e import scale

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from conftest import run_cli
 
 from .test_e2e_local import processes_mentioning

@@ -8,6 +8,7 @@ import time
 
 import pytest
 import yaml
+
 from conftest import run_cli
 from trainstack import paths
 from trainstack.cluster.local import pid_alive

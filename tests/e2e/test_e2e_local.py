@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+
 from conftest import ROOT, run_cli
 from trainstack import lock as lockmod
 from trainstack import tools
@@ -130,7 +131,7 @@ def test_keep_leaves_a_reachable_cluster_and_down_removes_everything():
     try:
         kept = run_cli("e2e", "--keep", "--nodes", "kwok", timeout=900)
         assert kept.returncode == 0, kept.stdout[-3000:] + kept.stderr[-3000:]
-        line = [ln for ln in kept.stderr.splitlines() if ln.startswith("kept: export KUBECONFIG=")][0]
+        line = next(ln for ln in kept.stderr.splitlines() if ln.startswith("kept: export KUBECONFIG="))
         kubeconfig = line.split("KUBECONFIG=", 1)[1].split(";", 1)[0]
         assert "'trainstack e2e down'" in line
         kubectl = tools.require("kubectl")

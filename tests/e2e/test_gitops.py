@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from trainstack import lock as lockmod
 from trainstack import paths, tools
 from trainstack.e2e import gitops as gitopsmod
@@ -138,7 +139,7 @@ def test_argocd_builds_through_a_wrapper_with_upstreams_versioned_replaces_and_t
     assert tool.version == lock.source("argocd").version  # one pin: the CRDs and the binary agree
     env = {**os.environ, "GOTOOLCHAIN": tool.go_toolchain, "GOFLAGS": "-mod=mod"}
     go_mod = tools.module_info(tool.module, tool.version, env)["GoMod"]
-    replaces = tools._upstream_replaces(go_mod, env)  # noqa: SLF001
+    replaces = tools._upstream_replaces(go_mod, env)
     assert "-replace=k8s.io/client-go=k8s.io/client-go@v0.37.0" in replaces
     assert not [r for r in replaces if "gitops-engine" in r]  # the local-path one is replaced by `require`
     # a tier of its own: `trainstack tools install` (make setup) leaves it to make setup-gitops

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from trainstack import backup, paths, release, tools
 from trainstack.cluster.local import BINARIES, LocalCluster
 from trainstack.e2e import suite as suitemod
@@ -28,7 +29,7 @@ from trainstack.e2e import upgrade
 from trainstack.e2e.faults import Faults
 from trainstack.e2e.providers.local import LocalProvider
 
-from .conftest import need_binaries
+from .conftest import fresh_run_dir, need_binaries
 
 pytestmark = pytest.mark.e2e
 ROOT = paths.repo_root()
@@ -49,12 +50,10 @@ def previous_release() -> str:
 class Lifecycle:
     def __init__(self, tag: str) -> None:
         need_binaries(*BINARIES, "helm", "helm3")
-        self.run_dir = paths.cache_dir() / "e2e" / f"pytest-lifecycle-{tag}-{os.getpid()}"
-        shutil.rmtree(self.run_dir, ignore_errors=True)
-        self.run_dir.mkdir(parents=True)
+        self.run_dir = fresh_run_dir(f"lifecycle-{tag}")
         self.provider = LocalProvider(self.run_dir, nodes="kwok")
         self.suite = suitemod.Suite(self.provider, "dev", self.run_dir)
-        for name, fn in self.suite.plan()[:2]:  # render the chart, cluster up: nothing installed
+        for name, fn in self.suite.cluster_steps():  # nothing installed
             self.suite.step(name, fn)
         self.test = upgrade.for_suite(self.suite, previous_release(), self.run_dir)
         self.up = True

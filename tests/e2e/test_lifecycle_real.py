@@ -7,6 +7,7 @@ the same pods, with no container restart, end Complete. One real-node cluster fo
 from __future__ import annotations
 
 import pytest
+
 from trainstack.e2e.faults import real_node_fault
 
 pytestmark = pytest.mark.e2e

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from conftest import ROOT
 from trainstack import monitoring, tools
 from trainstack.cluster.local import FAIL_LABEL, free_port, stop_pids

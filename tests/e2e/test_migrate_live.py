@@ -19,7 +19,6 @@ One cluster for the module; the tests run in file order.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,13 +27,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from trainstack import helm, migrate, paths, tools
 from trainstack.cluster.local import BINARIES
 from trainstack.e2e import suite as suitemod
 from trainstack.e2e import upgrade
 from trainstack.e2e.providers.local import SIMULATED_TAINT, LocalProvider
 
-from .conftest import need_binaries
+from .conftest import fresh_run_dir, need_binaries
 
 pytestmark = pytest.mark.e2e
 ROOT = paths.repo_root()
@@ -67,13 +67,11 @@ def upstream_archive() -> Path:
 class Live:
     def __init__(self) -> None:
         need_binaries(*BINARIES, "helm", "kubectl")
-        self.run_dir = paths.cache_dir() / "e2e" / f"pytest-migrate-{os.getpid()}"
-        shutil.rmtree(self.run_dir, ignore_errors=True)
-        self.run_dir.mkdir(parents=True)
+        self.run_dir = fresh_run_dir("migrate")
         self.provider = LocalProvider(self.run_dir, nodes="kwok")
         self.suite = suitemod.Suite(self.provider, "dev", self.run_dir)
         self.up = True
-        for name, fn in self.suite.plan()[:2]:  # render the chart, cluster up: nothing installed
+        for name, fn in self.suite.cluster_steps():  # nothing installed
             self.suite.step(name, fn)
         self.test = upgrade.for_suite(self.suite, f"upstream {upstream_archive().name}", self.run_dir)
         self.kube = self.test.kube

@@ -14,13 +14,15 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+
 from conftest import ROOT, run_cli
-from .test_e2e_local import processes_mentioning
 from trainstack import images, paths, tools
 from trainstack import lock as lockmod
 from trainstack.cluster import node as nodemod
 from trainstack.cluster import sandbox as sandboxmod
 from trainstack.cluster.local import free_port
+
+from .test_e2e_local import processes_mentioning
 
 pytestmark = pytest.mark.e2e
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from pipeline_support import score, step_fails, tp, train_locally
 from trainstack import monitoring, tools
 from trainstack.e2e import suite as suitemod

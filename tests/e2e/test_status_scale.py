@@ -9,6 +9,7 @@ import time
 
 import pytest
 import yaml
+
 from conftest import ROOT, run_cli
 
 pytestmark = pytest.mark.e2e

@@ -15,12 +15,13 @@ import subprocess
 
 import pytest
 import yaml
+
 from trainstack import helm, paths
 from trainstack.cluster.local import BINARIES, POOL_LABEL
 from trainstack.e2e import suite as suitemod
 from trainstack.e2e import teams_live as tl
 from trainstack.e2e.providers.local import REAL_NODE_TOOLS, controller_binaries
-from trainstack.teams import access_matrix, golden_runtimes_pass_webhook, member_kubeconfig, sdk_as_member
+from trainstack.teams import access_matrix, golden_runtimes_pass_webhook
 
 from .conftest import fresh_run_dir, installed, need_binaries
 
@@ -64,19 +65,6 @@ def test_members_access_matrix_on_the_installed_platform(teams_platform):
         assert len(rows) > 30
         bad = [r.as_dict() for r in rows if not r.ok]
         assert bad == [], bad
-
-
-def test_the_kubeflow_sdk_as_a_member_trains_in_its_namespace_only(teams_platform, tmp_path):
-    pytest.importorskip("kubeflow.trainer", reason="the Kubeflow SDK (pip install -e '.[train]')")
-    cluster = teams_platform.provider.cluster
-    pki = cluster.ca_cert.parent
-    config = member_kubeconfig(cluster.kubeconfig, pki / "ca.crt", pki / "ca.key", "dana@example.com",
-                               ("team-a",), tmp_path / "dana")
-    mine = sdk_as_member(config, "team-a")
-    assert "error" not in mine, mine
-    assert "torch-distributed" in mine["runtimes"] and mine["got"] == mine["job"] and mine["deleted"]
-    theirs = sdk_as_member(config, "team-b")
-    assert theirs.get("status") == 403, theirs
 
 
 def test_golden_runtimes_pass_upstreams_webhook(teams_platform):

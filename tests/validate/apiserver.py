@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import yaml
+
 from trainstack.cluster.local import free_port
 
 TOKEN = "trainstack-validate-admin-token"

@@ -14,7 +14,8 @@ sys.path.insert(0, str(HERE))
 
 from apiserver import ApiServer
 from corpus import GADGET_CRD, NAMESPACE
-from trainstack import tools
+
+from conftest import need_binaries  # the root conftest (pytest loads it first)
 
 
 @pytest.fixture(scope="session")
@@ -25,20 +26,13 @@ def catalog():
     return schemas.load()
 
 
-def _need(binary: str) -> Path:
-    found = tools.find(binary)
-    if found is None:
-        pytest.fail(f"{binary} is not installed: run 'trainstack tools install' (make setup does it)")
-    return found
-
-
 @pytest.fixture(scope="session")
 def apiserver(catalog):
     """etcd + kube-apiserver on 127.0.0.1 with the pinned CRDs and the corpus namespace installed."""
     from trainstack import lock as lockmod
     from trainstack.validate import crds
 
-    server = ApiServer(_need("etcd"), _need("kube-apiserver"), _need("kubectl"))
+    server = ApiServer(*need_binaries("etcd", "kube-apiserver", "kubectl"))
     try:
         server.start()
         found = crds.pinned_crds(lockmod.load())

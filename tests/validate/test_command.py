@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from trainstack.validate import command
 
 ROOT = Path(__file__).resolve().parents[2]

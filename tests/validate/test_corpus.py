@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from corpus import CASES, GADGET_CRD, Case
+
 from trainstack.validate import command
 
 FIELDS = {"file", "line", "document", "apiVersion", "kind", "namespace", "name", "rule", "severity", "message", "path"}

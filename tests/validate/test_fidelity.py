@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from corpus import CASES, Case
 from test_corpus import inputs
+
 from trainstack.validate import command
 
 pytestmark = pytest.mark.slow

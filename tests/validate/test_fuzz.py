@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
 from trainstack.validate import command
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from policy_corpus import CASES, NS, POLICIES, SETUP, PolicyCase
+
 from trainstack.validate import command
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
+
 from trainstack.validate import command
 
 MIXED = """apiVersion: v1

@@ -28,6 +28,7 @@ import yaml
 from .. import lock as lockmod
 from .. import tools
 from ..errors import UserError
+from . import sandbox as sandboxmod
 from .sandbox import NODE_IP, Sandbox
 
 NODE_NAME = "real-0"
@@ -280,21 +281,12 @@ state = "{d}/containerd/state"
             time.sleep(0.1)
 
     def _wait_tcp(self, port: int, what: str, timeout: float = 20) -> None:
-        deadline = time.monotonic() + timeout
-        probe = [*self.sandbox.enter_net(), "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"]
-        while subprocess.run(probe, capture_output=True).returncode != 0:
-            if time.monotonic() > deadline:
-                raise UserError(f"{what} did not listen on 127.0.0.1:{port} in the cluster's namespace: "
-                                f"{self.log_tail(what)}", f"log: {self.logs_dir / (what + '.log')}")
-            time.sleep(0.2)
+        if not self.sandbox.wait_listening(port, timeout):
+            raise UserError(f"{what} did not listen on 127.0.0.1:{port} in the cluster's namespace: "
+                            f"{self.log_tail(what)}", f"log: {self.logs_dir / (what + '.log')}")
 
     def log_tail(self, component: str, lines: int = 2) -> str:
-        log = self.logs_dir / f"{component}.log"
-        if not log.is_file():
-            return "no log"
-        text = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-        bad = [ln for ln in text if " E" in ln[:12] or "level=error" in ln or "level=fatal" in ln or "fail" in ln.lower()]
-        return " | ".join((bad or text)[-lines:])[:500]
+        return sandboxmod.log_tail(self.logs_dir / f"{component}.log", lines)
 
     def logs(self) -> dict[str, Path]:
         return {name: self.logs_dir / f"{name}.log" for name in ("registry", "containerd", "kubelet", "kube-proxy")

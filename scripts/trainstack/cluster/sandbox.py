@@ -22,6 +22,7 @@ import shutil
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,6 +178,17 @@ class Sandbox:
 
     def enter_net(self) -> list[str]:
         return ["nsenter", f"--net={self.netns_path}"]
+
+    def wait_listening(self, port: int, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
+        """True once something accepts connections on 127.0.0.1:PORT inside the namespace; False when
+        TIMEOUT passes or ALIVE() says the server exited first."""
+        deadline = time.monotonic() + timeout
+        probe = [*self.enter_net(), "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"]
+        while subprocess.run(probe, capture_output=True).returncode != 0:
+            if time.monotonic() > deadline or not alive():
+                return False
+            time.sleep(0.2)
+        return True
 
     def start(self, name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
         """A daemon inside the sandbox, its output in `log`."""
@@ -334,3 +346,12 @@ def cleanup_stale() -> list[str]:
         left = box.destroy(timeout=15)
         done.append(f"removed sandbox {box.netns}" + (f" (left: {', '.join(left)})" if left else ""))
     return done
+
+
+def log_tail(log: Path, lines: int = 2, width: int = 500) -> str:
+    """The last LINES error lines of a daemon's LOG (else its last lines), joined on one line."""
+    if not log.is_file():
+        return "no log"
+    text = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    bad = [ln for ln in text if " E" in ln[:12] or "level=error" in ln or "level=fatal" in ln or "fail" in ln.lower()]
+    return " | ".join((bad or text)[-lines:])[:width]

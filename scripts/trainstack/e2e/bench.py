@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import lock as lockmod
 from .. import paths, tools
-from ..errors import UserError
+from ..errors import UserError, output_line
 
 # With the real node (kubelet, containerd, the controllers as pods, two torch trainings): the bar.
 GOAL_SECONDS = 150.0
@@ -59,8 +59,8 @@ def cold_build(lock: lockmod.Lock) -> dict[str, Any]:
         )
         seconds = time.monotonic() - start
     if result.returncode != 0:
-        lines = [ln for ln in (result.stderr or result.stdout).strip().splitlines() if ln.strip()]
-        raise UserError(f"cold build failed: {lines[-1] if lines else result.returncode}")
+        said = output_line(result.stderr or result.stdout, markers=(), empty=f"exit {result.returncode}")
+        raise UserError(f"cold build failed: {said}")
     return {"cold_build_seconds": round(seconds, 1), "cold_build_tools": list(LOCAL_TOOLS)}
 
 
@@ -83,8 +83,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
             seconds = time.monotonic() - start
             if result.returncode != 0:
-                lines = [ln for ln in (result.stderr or result.stdout).strip().splitlines() if ln.strip()]
-                raise UserError(f"make e2e failed during the bench: {lines[-1] if lines else result.returncode}")
+                said = output_line(result.stderr or result.stdout, markers=(), empty=f"exit {result.returncode}")
+                raise UserError(f"make e2e failed during the bench: {said}")
             runs.append(round(seconds, 1))
             if summary.is_file():
                 steps = json.loads(summary.read_text()).get("steps", [])

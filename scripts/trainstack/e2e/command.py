@@ -187,7 +187,7 @@ def run_upgrade(suite, from_ref: str, run_dir: Path, binaries: tuple[str, ...]) 
                 provider = type(suite.provider)(run_dir / lines[0], suite.lock, nodes="kwok")
                 extra.append(provider)
                 current = Suite(provider, suite.env, run_dir / lines[0], lock=suite.lock)
-            for name, fn in current.plan()[:2]:  # render the chart, cluster up
+            for name, fn in current.cluster_steps():
                 current.step(name, fn)
             test = upgrade.for_suite(current, from_ref, run_dir / f"upgrade-{'-'.join(lines)}")
             test.run_dir.mkdir(parents=True, exist_ok=True)
@@ -226,7 +226,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="local (default): local processes and fake nodes; kind; existing: the current "
         "context; auto: kind when Docker and the images are there, else local",
     )
-    parser.add_argument("--env", default="dev", help="overlay whose values.yaml is installed (default dev)")
+    parser.add_argument("--env", default="dev", help="overlay whose values files are installed (default dev)")
     parser.add_argument(
         "--data-cache",
         action="store_true",

@@ -46,7 +46,8 @@ import yaml
 
 from .. import deps, helm, paths, tools
 from .. import lock as lockmod
-from ..errors import UserError
+from ..cluster import sandbox as sandboxmod
+from ..errors import UserError, output_line
 from . import suite as suitemod
 from .suite import NAMESPACE, SMOKE_NS, SmokeJob, Suite, SuiteFailure
 
@@ -67,8 +68,9 @@ COMPONENTS = ("argocd-repo-server", "argocd-cmp-server", "argocd-application-con
 TRAINER_CRDS = ("trainjobs.trainer.kubeflow.org", "trainingruntimes.trainer.kubeflow.org",
                 "clustertrainingruntimes.trainer.kubeflow.org")
 # How often the application controller compares git with the cluster (argocd-cm timeout.reconciliation;
-# Argo CD's default is 120s): short, so "two more reconciles" take seconds.
-RECONCILE_S = 10
+# Argo CD's default is 120s plus up to 60s of jitter): short and without jitter, so "two more
+# reconciles" take seconds.
+RECONCILE_S = 5
 REPLICAS_VALUE = ("kubeflow-trainer", "manager", "replicas")
 
 
@@ -139,7 +141,7 @@ def merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
 def argocd_manifests(lock: lockmod.Lock) -> tuple[list[dict[str, Any]], str]:
     """(Argo CD's CRDs, its manifests/install.yaml text) from the pinned, checksum-verified module."""
     source = lock.source("argocd")
-    zip_path = deps._verified_zip(source)  # noqa: SLF001 - the one place module zips are verified
+    zip_path = deps._verified_zip(source)
     prefix = f"{source.module}@{source.version}/manifests/"
     crds: list[dict[str, Any]] = []
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -182,7 +184,7 @@ class ArgoCD:
         # the scripts upstream's image puts beside it (Dockerfile: COPY hack/git-verify-wrapper.sh ...): the
         # repo-server runs git-verify-wrapper.sh on every revision it renders
         source = self.suite.lock.source("argocd")
-        with zipfile.ZipFile(deps._verified_zip(source)) as archive:  # noqa: SLF001
+        with zipfile.ZipFile(deps._verified_zip(source)) as archive:
             for script in ("git-verify-wrapper.sh", "gpg-wrapper.sh"):
                 target = bin_dir / script
                 target.write_bytes(archive.read(f"{source.module}@{source.version}/hack/{script}"))
@@ -215,6 +217,8 @@ class ArgoCD:
             "SSL_CERT_FILE": str(self.suite.kube.ca_cert),
             # install.yaml's controller StatefulSet sets this from argocd-cm `timeout.reconciliation`
             "ARGOCD_RECONCILIATION_TIMEOUT": f"{RECONCILE_S}s",
+            # and `timeout.reconciliation.jitter`: up to 60s added to every resync by default in v3.6
+            "ARGOCD_RECONCILIATION_JITTER": "0s",
         })
         for sub in ("tmp", "plugins", "cmp-config", "config/gpg/keys", "config/gpg/source", "config/ssh", "config/tls"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
@@ -268,21 +272,12 @@ class ArgoCD:
                 + f"; Redis {redis_version()}; all in the cluster's network namespace")
 
     def _wait_tcp(self, port: int, what: str, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        probe = [*self.sandbox.enter_net(), "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"]
-        while subprocess.run(probe, capture_output=True).returncode != 0:
-            if time.monotonic() > deadline or self.procs[what].poll() is not None:
-                raise SuiteFailure(f"{what} did not listen on 127.0.0.1:{port}: {self.log_tail(what)}",
-                                   f"log: {self.logs_dir / (what + '.log')}")
-            time.sleep(0.2)
+        if not self.sandbox.wait_listening(port, timeout, alive=lambda: self.procs[what].poll() is None):
+            raise SuiteFailure(f"{what} did not listen on 127.0.0.1:{port}: {self.log_tail(what)}",
+                               f"log: {self.logs_dir / (what + '.log')}")
 
     def log_tail(self, name: str, lines: int = 3) -> str:
-        log = self.logs_dir / f"{name}.log"
-        if not log.is_file():
-            return "no log"
-        text = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-        bad = [ln for ln in text if "level=error" in ln or "level=fatal" in ln]
-        return " | ".join((bad or text)[-lines:])[:600]
+        return sandboxmod.log_tail(self.logs_dir / f"{name}.log", lines, width=600)
 
     def logs(self) -> dict[str, Path]:
         return {p.stem: p for p in self.logs_dir.glob("*.log")} if self.logs_dir.is_dir() else {}
@@ -293,7 +288,7 @@ class ArgoCD:
                 proc.terminate()
         for proc in self.procs.values():
             try:
-                proc.wait(timeout=10)
+                proc.wait(timeout=3)  # a test's Argo CD has nothing to hand over: no longer than that
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
@@ -346,8 +341,7 @@ class GitOpsSuite:
     def plan(self) -> list[tuple[str, Callable[[], str | None]]]:
         s = self.suite
         return [
-            ("render the chart", s.render_chart),
-            (f"cluster ({s.provider.name}, real node)", s.cluster_up),
+            *s.cluster_steps(", real node"),
             ("git repository served in the cluster's namespace", self.serve_git),
             ("chart published to the cluster's OCI registry", self.publish_chart),
             ("Argo CD CRDs and install component (server-side)", self.install_argocd),
@@ -356,10 +350,7 @@ class GitOpsSuite:
             ("Application Synced and Healthy (plugin)", self.synced_healthy),
             ("sync waves in order (operation result)", self.sync_waves),
             ("Trainer CRDs applied server-side", self.crds_server_side),
-            ("CRDs established", s.crds_established),
-            ("controllers and webhooks ready", s.controllers_ready),
-            ("golden runtimes installed", s.runtimes_installed),
-            ("policies installed", s.policies_installed),
+            *s.platform_checks(),
             ("no drift after two more reconciles", self.no_drift),
             ("TrainJob health from git: Progressing, Healthy, Degraded", self.trainjob_health),
             ("a git commit reaches the cluster", self.commit_reaches_cluster),
@@ -495,7 +486,7 @@ class GitOpsSuite:
                                  "--registry", CHART_REPO, "--output", "json"],
                                 capture_output=True, text=True, env=env, timeout=300)
         if result.returncode != 0:
-            raise SuiteFailure(f"trainstack chart publish: {result.stderr.strip().splitlines()[-1][:300]}")
+            raise SuiteFailure(f"trainstack chart publish: {output_line(result.stderr, markers=(), limit=300)}")
         published = json.loads(result.stdout)
         self.chart_version = published["version"]
         return f"{published['reference']}:{published['version']} ({published['digest'][:19]}...), {published['action']}"
@@ -521,7 +512,8 @@ class GitOpsSuite:
         config = [o for o in objects if o.get("kind") in keep]
         for obj in config:
             if obj["kind"] == "ConfigMap" and obj["metadata"]["name"] == "argocd-cm":
-                obj.setdefault("data", {})["timeout.reconciliation"] = f"{RECONCILE_S}s"
+                obj.setdefault("data", {}).update({"timeout.reconciliation": f"{RECONCILE_S}s",
+                                                    "timeout.reconciliation.jitter": "0s"})
         self.apply(config)
         repo_server = next(o for o in objects if o.get("kind") == "Deployment"
                            and o["metadata"]["name"] == "argocd-repo-server")
@@ -768,11 +760,19 @@ class GitOpsSuite:
             raise SuiteFailure("removing the cluster's label deleted the platform's Deployments")
 
         def edit(work: Path) -> None:
+            from .. import render as rendermod
+
             folder = work / PUBLISHED_PATH
             folder.mkdir(parents=True, exist_ok=True)
-            shutil.copy(work / "overlays" / self.env / "values.yaml", folder / "values.yaml")
+            # the environment's values files, in its kustomization's order, copied next to the new
+            # kustomization (Argo CD's kustomize reads no file outside the folder it builds)
+            names = []
+            for i, source in enumerate(rendermod.values_files(self.env, root=work)):
+                name = source.name if source.name not in names else f"{i}-{source.name}"
+                shutil.copy(source, folder / name)
+                names.append(name)
             (folder / "kustomization.yaml").write_text(yaml.safe_dump(published_kustomization(
-                self.env, CHART_REPO, self.chart_version, Path("../../../overlays/base")), sort_keys=False))
+                self.env, CHART_REPO, self.chart_version, Path("../../../overlays/base"), names), sort_keys=False))
 
         commit = self.git.commit(f"{self.env}: the published chart {self.chart_version}", edit)
         appset = next(d for d in yaml.safe_load_all(helm.run(["build", str(self.git.work / "overlays" / "argocd")],
@@ -828,13 +828,19 @@ class GitOpsSuite:
                 f"{', '.join(sorted(after)) or 'none'}")
 
 
-def published_kustomization(env: str, repo: str, version: str, base: Path) -> dict[str, Any]:
-    """An environment that deploys the published chart: git holds this file and values.yaml only."""
+def published_kustomization(env: str, repo: str, version: str, base: Path,
+                            values: list[str] | None = None) -> dict[str, Any]:
+    """An environment that deploys the published chart: git holds this file and its values files only
+    (`values`, in Helm's order; by default values.yaml)."""
+    values = values or ["values.yaml"]
+    chart: dict[str, Any] = {"name": "trainstack", "repo": repo, "version": version, "releaseName": "trainstack",
+                             "namespace": NAMESPACE, "includeCRDs": True, "valuesFile": values[0]}
+    if values[1:]:
+        chart["additionalValuesFiles"] = values[1:]
     return {
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
         "components": [str(base)],
-        "helmCharts": [{"name": "trainstack", "repo": repo, "version": version, "releaseName": "trainstack",
-                        "namespace": NAMESPACE, "includeCRDs": True, "valuesFile": "values.yaml"}],
+        "helmCharts": [chart],
         "labels": [{"pairs": {"trainstack.io/environment": env}, "includeSelectors": False}],
     }
 
@@ -910,7 +916,7 @@ def argocd_build_seconds(lock: lockmod.Lock, cold: bool = False) -> dict[str, An
             result = subprocess.run([sys.executable, "-m", "trainstack", "tools", "install", "argocd"],
                                     cwd=paths.repo_root(), env=env, capture_output=True, text=True, timeout=4 * 3600)
             if result.returncode != 0:
-                raise UserError(f"cold build of Argo CD failed: {result.stderr.strip().splitlines()[-1:]}")
+                raise UserError(f"cold build of Argo CD failed: {output_line(result.stderr, markers=())}")
             out["argocd_cold_build_seconds"] = round(time.monotonic() - start, 1)
     return out
 
@@ -932,8 +938,8 @@ def bench(args: Any) -> dict[str, Any]:
         seconds = round(time.monotonic() - start, 1)
         steps = json.loads(summary_file.read_text()).get("steps", []) if summary_file.is_file() else []
     if result.returncode != 0:
-        lines = [ln for ln in (result.stderr or result.stdout).strip().splitlines() if ln.strip()]
-        raise UserError(f"make e2e-gitops failed during the bench: {lines[-1] if lines else result.returncode}")
+        said = output_line(result.stderr or result.stdout, markers=(), empty=f"exit {result.returncode}")
+        raise UserError(f"make e2e-gitops failed during the bench: {said}")
     if build.get("argocd_cold_build_seconds"):
         built = f"Argo CD cold build {build['argocd_cold_build_seconds']:.0f}s"
     else:  # the stamp's: the build that installed it, cold or not (a relink with a warm Go cache is seconds)

@@ -13,6 +13,7 @@ TLS. Each controller's pods are marked Ready only when its local process answers
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -393,10 +394,9 @@ class HostControllers:
 
     def _kubelet_loop(self) -> None:
         while not self._stop.is_set():
-            try:
+            # the API may be going away during teardown; try again
+            with contextlib.suppress(Exception):
                 self.mark_pods_ready()
-            except Exception:  # noqa: BLE001 - the API may be going away during teardown; try again
-                pass
             self._stop.wait(1.0)
 
     def mark_pods_ready(self) -> int:

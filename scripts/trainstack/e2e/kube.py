@@ -12,7 +12,7 @@ import yaml
 
 from .. import lock as lockmod
 from .. import tools
-from ..errors import UserError
+from ..errors import UserError, output_line
 
 
 class Kubectl:
@@ -45,8 +45,8 @@ class Kubectl:
             env=dict(os.environ),
         )
         if check and result.returncode != 0:
-            lines = [ln for ln in (result.stderr or result.stdout).strip().splitlines() if ln.strip()]
-            raise UserError(f"kubectl {' '.join(args[:3])} failed: {lines[-1] if lines else 'no output'}")
+            said = output_line(result.stderr or result.stdout, markers=())
+            raise UserError(f"kubectl {' '.join(args[:3])} failed: {said}")
         return result
 
     def kubectl_json(self, *args: str) -> dict[str, Any]:

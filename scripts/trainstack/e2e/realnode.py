@@ -18,13 +18,13 @@ from typing import Any
 
 import yaml
 
-from .. import paths
+from .. import kubeapi, paths
 from ..errors import UserError
+from .suite import GROUP, SMOKE_NS, VERSION
 
 RUNTIME = "torch-distributed"
 NODES = 2
 STEPS = 40
-SMOKE_NS = "trainstack-e2e"
 OUTPUT = "/workspace/output"
 
 
@@ -151,11 +151,10 @@ def checkpoint_outlives_pods(kube: Any, name: str, image: str, node_name: str, t
     if not claims:
         raise RealNodeFailure(f"TrainJob {name} has no output PVC in {SMOKE_NS}")
     kube.kubectl("delete", "trainjob", name, "-n", SMOKE_NS, "--wait=true", "--timeout=60s", timeout=90)
-    deadline = time.monotonic() + 60
-    while pods_of(kube, name):
-        if time.monotonic() > deadline:
-            raise RealNodeFailure(f"pods of TrainJob {name} still there 60s after deleting it")
-        time.sleep(0.5)
+    api = kubeapi.for_kube(kube)
+    if not kubeapi.wait_for(api, kubeapi.pods(api), lambda found: not found, 60, namespace=SMOKE_NS,
+                            label_selector=f"jobset.sigs.k8s.io/jobset-name={name}"):
+        raise RealNodeFailure(f"pods of TrainJob {name} still there 60s after deleting it")
     if claims_of(kube, name) != claims:
         raise RealNodeFailure(f"deleting TrainJob {name} deleted its output claim {claims[0]}")
     script = (paths.repo_root() / "examples" / "train_ddp.py").read_text()
@@ -178,14 +177,14 @@ def checkpoint_outlives_pods(kube: Any, name: str, image: str, node_name: str, t
                               {"name": "output", "persistentVolumeClaim": {"claimName": claims[0]}}]}},
     ]
     kube.kubectl("apply", "-f", "-", input_text=yaml.safe_dump_all(objects))
-    deadline = time.monotonic() + timeout
-    while True:
-        phase = kube.kubectl_json("get", "pod", pod, "-n", SMOKE_NS).get("status", {}).get("phase")
-        if phase in ("Succeeded", "Failed"):
-            break
-        if time.monotonic() > deadline:
-            raise RealNodeFailure(f"checkpoint pod {pod} not done within {timeout:.0f}s (phase {phase})")
-        time.sleep(0.5)
+    def ended(found: dict[str, dict[str, Any]]) -> str | None:
+        phase = ((found.get(pod) or {}).get("status") or {}).get("phase")
+        return phase if phase in ("Succeeded", "Failed") else None
+
+    phase = kubeapi.wait_for(api, kubeapi.pods(api), ended, timeout, namespace=SMOKE_NS,
+                             field_selector=f"metadata.name={pod}")
+    if phase is None:
+        raise RealNodeFailure(f"checkpoint pod {pod} not done within {timeout:.0f}s")
     out = kube.kubectl("logs", pod, "-n", SMOKE_NS, check=False).stdout.strip().splitlines()
     if phase != "Succeeded" or not out:
         raise RealNodeFailure(f"checkpoint pod {pod} {phase}: {out[-1] if out else 'no output'}")
@@ -233,18 +232,20 @@ def worker_killed(kube: Any, kubeconfig: Path, timeout: float = 300) -> dict[str
     killed_at = time.monotonic()
     kube.kubectl("delete", "pod", victims[0], "-n", SMOKE_NS, "--grace-period=0", "--force", "--wait=false")
     tc = client(kubeconfig)
-    while True:
-        job = kube.kubectl_json("get", "trainjob", name, "-n", SMOKE_NS)
-        state = ""
-        message = ""
-        for cond in (job.get("status") or {}).get("conditions") or []:
+    api = kubeapi.for_kube(kube)
+
+    def ended(found: dict[str, dict[str, Any]]) -> tuple[str, str] | None:
+        for cond in ((found.get(name) or {}).get("status") or {}).get("conditions") or []:
             if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
-                state, message = cond["type"], f"{cond.get('reason', '')}: {cond.get('message', '')}"
-        if state:
-            break
-        if time.monotonic() > deadline:
-            raise RealNodeFailure(f"TrainJob {name} neither Complete nor Failed {timeout:.0f}s after a worker was killed")
-        time.sleep(1)
+                return cond["type"], f"{cond.get('reason', '')}: {cond.get('message', '')}"
+        return None
+
+    trainjobs = kubeapi.custom_objects(api, GROUP, VERSION, "trainjobs", SMOKE_NS)
+    outcome = kubeapi.wait_for(api, trainjobs, ended, max(1.0, deadline - time.monotonic()),
+                               field_selector=f"metadata.name={name}")
+    if outcome is None:
+        raise RealNodeFailure(f"TrainJob {name} neither Complete nor Failed {timeout:.0f}s after a worker was killed")
+    state, message = outcome
     result: dict[str, Any] = {"name": name, "state": state, "message": message, "killed": victims[0],
                               "seconds_to_end": round(time.monotonic() - killed_at, 1)}
     if state == "Complete":

@@ -43,8 +43,8 @@ from typing import Any
 
 import yaml
 
+from .. import kubeapi, paths, progress
 from .. import lock as lockmod
-from .. import paths, progress
 from ..cluster.local import GPU_RESOURCE
 from ..errors import UserError
 from . import suite as suitemod
@@ -124,7 +124,7 @@ def raw_jobs(captured: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
 
 
 def expected_pods(jobset: dict[str, Any]) -> int:
-    return sum(int(rj.get("replicas") or 1) * int((rj["template"]["spec"].get("parallelism") or 1))
+    return sum(int(rj.get("replicas") or 1) * int(rj["template"]["spec"].get("parallelism") or 1)
                for rj in jobset["spec"].get("replicatedJobs", []))
 
 
@@ -438,20 +438,16 @@ def percentiles(values: list[float]) -> dict[str, float]:
     ordered = sorted(values)
 
     def at(q: float) -> float:
-        return round(ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered))) - 1))], 3)
+        return round(ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))], 3)
 
     return {"p50": round(statistics.median(ordered), 3), "p90": at(0.9), "p99": at(0.99), "max": round(ordered[-1], 3)}
 
 
 class Bench:
     def __init__(self, suite: suitemod.Suite, provider: Any, threads: int = THREADS) -> None:
-        from kubernetes import config as kconfig
-
         self.suite, self.provider, self.threads = suite, provider, threads
         self.cluster = provider.cluster
-        self.api = kconfig.new_client_from_config(config_file=str(self.cluster.kubeconfig))
-        self.api.configuration.connection_pool_maxsize = threads + 8
-        self.api.rest_client.pool_manager.connection_pool_kw["maxsize"] = threads + 8
+        self.api = kubeapi.client(self.cluster.kubeconfig, pool=threads + 8)
         self.token = self._scraper_token()
         self.meter = Meter(provider, self.api, self.token)
         self._errors_seen: dict[str, dict[str, int]] = {}
@@ -527,9 +523,10 @@ class Bench:
     def namespace(self, name: str) -> None:
         self.cluster.kubectl("create", "namespace", name)
         deadline = time.monotonic() + 30
-        while not self.cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0:
+        while self.cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode != 0:
             if time.monotonic() > deadline:
                 break
+            time.sleep(0.2)
             time.sleep(0.2)
 
     def delete_namespace(self, name: str, timeout: float = 600) -> float:
@@ -817,8 +814,13 @@ def log_errors(log: Path, top: int = 5) -> dict[str, int]:
 
 # -- entry point --------------------------------------------------------------------------
 def tuned_source(tuned: str) -> Path:
-    """`--tuned ENV` (overlays/ENV/values.yaml) or `--tuned FILE` (a values file)."""
-    source = Path(tuned) if Path(tuned).suffix in (".yaml", ".yml") else suitemod.values_file(tuned)
+    """`--tuned ENV` (overlays/ENV: the values files its kustomization lists) or `--tuned FILE` (a values file)."""
+    from .. import render as rendermod
+
+    if Path(tuned).suffix not in (".yaml", ".yml"):
+        rendermod.values_files(tuned)  # one line for an unknown environment or a missing values file
+        return rendermod.overlay_dir(tuned)
+    source = Path(tuned)
     if not source.is_file():
         raise UserError(f"--tuned {tuned}: no values file {source}", "name an overlay (dev, staging, prod) or a file",
                         exit_code=2)
@@ -828,8 +830,10 @@ def tuned_source(tuned: str) -> Path:
 def tuned_values(path: Path, tuned: str) -> Path | None:
     """The controller settings of a values file (client QPS/burst, concurrency) alone, as a values
     file: what `--tuned` adds to the run so the rest of the environment stays as benchmarked."""
+    from .. import render as rendermod
+
     source = tuned_source(tuned)
-    data = yaml.safe_load(source.read_text()) if source.is_file() else {}
+    data = rendermod.env_values(tuned) if source.is_dir() else yaml.safe_load(source.read_text())
     trainer = ((data or {}).get("kubeflow-trainer") or {}).get("manager", {}).get("config") or {}
     jobset = ((data or {}).get("jobset") or {}).get("controller", {}).get("clientConnection")
     values: dict[str, Any] = {}

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from .. import helm, paths, progress, tools
+from .. import helm, kubeapi, paths, progress, tools
 from .. import lock as lockmod
 from ..cluster.local import FAIL_LABEL
 from ..errors import UserError, output_line
@@ -34,6 +34,7 @@ SMOKE_NS = "trainstack-e2e"
 PART_OF = ("app.kubernetes.io/part-of", "trainstack")
 FRAMEWORK_LABEL = "trainer.kubeflow.org/framework"
 GROUP = "trainer.kubeflow.org"
+VERSION = "v1alpha1"  # the Trainer API version of TrainJobs and runtimes (v2.3.0)
 LWS_GROUP = "leaderworkerset.x-k8s.io"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 SMOKE_NODES = 2
@@ -98,7 +99,7 @@ class SmokeJob:
 
     def _manifest(self, namespace: str) -> dict[str, Any]:
         return {
-            "apiVersion": f"{GROUP}/v1alpha1",
+            "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "TrainJob",
             "metadata": {
                 "name": self.name,
@@ -199,7 +200,9 @@ def expected_env(job: SmokeJob) -> dict[str, str | None]:
 def value_args(env: str, data_cache: bool = False, extra: list[Path] | None = None) -> list[str]:
     """Helm value arguments for `env` (then `extra` files a provider needs); with `data_cache`, the LWS
     data cache on for the smoke namespace."""
-    args = ["-f", str(values_file(env))]
+    from .. import render as rendermod
+
+    args = rendermod.value_args(env)  # the overlay's values files, in its kustomization's order
     for path in extra or []:
         args += ["-f", str(path)]
     if data_cache:
@@ -220,15 +223,6 @@ def render(env: str, lock: lockmod.Lock, include_crds: bool = True, data_cache: 
     result = helm.run(args, lock=lock)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRDs are megabytes: libyaml when present
     return [d for d in yaml.load_all(result.stdout, Loader=loader) if isinstance(d, dict) and d]
-
-
-def values_file(env: str) -> Path:
-    from .. import render as rendermod
-
-    path = rendermod.overlay_dir(env) / "values.yaml"
-    if not path.is_file():
-        raise UserError(f"{path} not found", f"environment '{env}' needs a values.yaml for helm install", exit_code=2)
-    return path
 
 
 def golden_runtimes(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -310,25 +304,30 @@ class Suite:
         finally:
             step.seconds = time.monotonic() - start
 
-    def plan(self) -> list[tuple[str, Callable[[], str | None]]]:
-        if not self.provider.installs:  # an existing cluster, read-only: check what is there, create nothing
-            return [
-                ("render the chart", self.render_chart),
-                (f"cluster ({self.provider.name})", self.cluster_up),
-                ("CRDs established", self.crds_established),
-                ("controllers and webhooks ready", self.controllers_ready),
-                ("golden runtimes installed", self.runtimes_installed),
-                ("policies installed", self.policies_installed),
-                ("smoke TrainJobs admitted (server dry run)", self.smoke_dry_run),
-            ]
+    def platform_checks(self) -> list[tuple[str, Callable[[], str | None]]]:
+        """What any install must have brought up, however it was installed (helm, Argo CD, nothing)."""
         return [
-            ("render the chart", self.render_chart),
-            (f"cluster ({self.provider.name})", self.cluster_up),
-            ("helm install", self.install),
             ("CRDs established", self.crds_established),
             ("controllers and webhooks ready", self.controllers_ready),
             ("golden runtimes installed", self.runtimes_installed),
             ("policies installed", self.policies_installed),
+        ]
+
+    def cluster_steps(self, note: str = "") -> list[tuple[str, Callable[[], str | None]]]:
+        """The first two steps of every plan: the chart rendered, the provider's cluster up."""
+        return [("render the chart", self.render_chart), (f"cluster ({self.provider.name}{note})", self.cluster_up)]
+
+    def plan(self) -> list[tuple[str, Callable[[], str | None]]]:
+        if not self.provider.installs:  # an existing cluster, read-only: check what is there, create nothing
+            return [
+                *self.cluster_steps(),
+                *self.platform_checks(),
+                ("smoke TrainJobs admitted (server dry run)", self.smoke_dry_run),
+            ]
+        return [
+            *self.cluster_steps(),
+            ("helm install", self.install),
+            *self.platform_checks(),
             *([("data cache: LeaderWorkerSet reconciled", self.check_lws)] if self.data_cache else []),
             ("smoke TrainJobs Complete", self.smoke_jobs),
             ("JobSets and Jobs created", self.check_jobsets),
@@ -502,19 +501,21 @@ class Suite:
         result = self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(lws), check=False)
         if result.returncode != 0:
             raise SuiteFailure(f"LeaderWorkerSet {name} not admitted: {_said(result.stderr)}")
-        deadline = time.monotonic() + 60
+        from kubernetes import client as k8s
+
         selector = f"{LWS_NAME_LABEL}={name}"
-        while True:
-            sets = self.kube.kubectl_json("get", "statefulsets", "-n", SMOKE_NS, "-l", selector)["items"]
-            pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS, "-l", selector)["items"]
-            if sets and pods:
+        pods = k8s.CoreV1Api(self.api())
+        # the controller makes the StatefulSet, whose controller makes the pod: watch for the pod
+        for found in kubeapi.snapshots(self.api(), pods.list_namespaced_pod, timeout=60, namespace=SMOKE_NS,
+                                       label_selector=selector):
+            if found:
                 break
-            if time.monotonic() > deadline:
-                raise SuiteFailure(
-                    f"LeaderWorkerSet {name}: {len(sets)} StatefulSet(s), {len(pods)} pod(s) after 60s: "
-                    "the LWS controller does not reconcile"
-                )
-            time.sleep(0.5)
+        sets = self.kube.kubectl_json("get", "statefulsets", "-n", SMOKE_NS, "-l", selector)["items"]
+        if not (sets and found):
+            raise SuiteFailure(
+                f"LeaderWorkerSet {name}: {len(sets)} StatefulSet(s), {len(found)} pod(s) after 60s: "
+                "the LWS controller does not reconcile"
+            )
         self.kube.kubectl("delete", "leaderworkerset", name, "-n", SMOKE_NS, "--timeout=60s", timeout=90)
         return f"LeaderWorkerSet {name} admitted; controller made StatefulSet {sets[0]['metadata']['name']} and its pod"
 
@@ -625,14 +626,19 @@ class Suite:
             names.append(job.name)
         return f"{len(names)} smoke TrainJobs admitted: {', '.join(names)} (read-only: pass --install to run them)"
 
+    def api(self) -> Any:
+        """The kubernetes client for this suite's cluster (made once; the kubeconfig of self.kube)."""
+        if getattr(self, "_api", None) is None:
+            self._api = kubeapi.client(self.kube.kubeconfig, getattr(self.kube, "context", None))
+        return self._api
+
     def wait_trainjobs(self, expected: dict[str, str], timeout: float) -> dict[str, dict]:
-        """Until each named TrainJob has its expected terminal condition; fails on the other one or on timeout."""
-        deadline = time.monotonic() + timeout
-        last_report = time.monotonic()
-        while True:
-            items = {
-                t["metadata"]["name"]: t for t in self.kube.kubectl_json("get", "trainjobs", "-n", SMOKE_NS)["items"]
-            }
+        """Until each named TrainJob has its expected terminal condition; fails on the other one or on timeout.
+        Watches the TrainJobs (the kubernetes client) rather than listing them over and over."""
+        start = last_report = time.monotonic()
+        trainjobs = kubeapi.custom_objects(self.api(), GROUP, VERSION, "trainjobs", SMOKE_NS)
+        states: dict[str, tuple[str | None, str]] = {}
+        for items in kubeapi.snapshots(self.api(), trainjobs, timeout=timeout):
             states = {name: terminal_state(items.get(name)) for name in expected}
             for name, (state, message) in states.items():
                 if state and state != expected[name]:
@@ -640,18 +646,16 @@ class Suite:
                         f"TrainJob {SMOKE_NS}/{name} ended {state}, expected {expected[name]}: {message}"
                     )
             if all(states[n][0] == want for n, want in expected.items()):
-                return items
-            if time.monotonic() > deadline:
-                late = [n for n, want in expected.items() if states[n][0] != want]
-                raise SuiteFailure(
-                    f"TrainJobs not {'/'.join(sorted(set(expected.values())))} within {timeout:.0f}s: "
-                    + ", ".join(f"{n} ({self.why_pending(n)})" for n in late)
-                )
+                return dict(items)
             if time.monotonic() - last_report > 5:
                 done = sum(1 for n, want in expected.items() if states[n][0] == want)
                 self.log(f"  waiting: {done}/{len(expected)} TrainJobs done")
                 last_report = time.monotonic()
-            time.sleep(0.5)
+        late = [n for n, want in expected.items() if states.get(n, (None,))[0] != want]
+        raise SuiteFailure(
+            f"TrainJobs not {'/'.join(sorted(set(expected.values())))} within {time.monotonic() - start:.0f}s: "
+            + ", ".join(f"{n} ({self.why_pending(n)})" for n in late)
+        )
 
     def why_pending(self, name: str) -> str:
         pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")
@@ -837,7 +841,7 @@ class Suite:
                 meta.setdefault("labels", {})[FAIL_LABEL] = "true"
         labels = {FRAMEWORK_LABEL: (base["metadata"].get("labels") or {}).get(FRAMEWORK_LABEL, "torch")}
         return {
-            "apiVersion": f"{GROUP}/v1alpha1",
+            "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "TrainingRuntime",
             "metadata": {"name": "fail-fast", "namespace": SMOKE_NS, "labels": labels},
             "spec": spec,

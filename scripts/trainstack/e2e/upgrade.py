@@ -42,7 +42,7 @@ import yaml
 
 from .. import helm, paths, release, tools
 from .. import lock as lockmod
-from ..errors import UserError
+from ..errors import UserError, output_line
 
 RELEASE = "trainstack"
 NAMESPACE = "kubeflow-system"
@@ -81,8 +81,8 @@ def build_old_chart(old_root: Path, python: str = sys.executable, timeout: float
     result = subprocess.run([python, "-m", "trainstack", "deps"], cwd=old_root, env=env, capture_output=True,
                             text=True, timeout=timeout, check=False)
     if result.returncode != 0:
-        lines = [ln for ln in (result.stderr or result.stdout).strip().splitlines() if ln.strip()]
-        raise UserError(f"building the old chart's dependencies failed: {lines[-1] if lines else 'no output'}")
+        said = output_line(result.stderr or result.stdout, markers=())
+        raise UserError(f"building the old chart's dependencies failed: {said}")
     return old_root / "charts" / "trainstack"
 
 
@@ -299,8 +299,13 @@ class UpgradeTest:
         return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
 
     def values(self, tree: Path) -> list[str]:
-        path = tree / "overlays" / self.env / "values.yaml"
-        return ["-f", str(path)] if path.is_file() else []
+        """helm -f for the environment's values files in that tree, as its kustomization lists them
+        (none when the tree has no such overlay: an older release may predate the environment)."""
+        from .. import render as rendermod
+
+        if not (tree / "overlays" / self.env / "kustomization.yaml").is_file():
+            return []
+        return rendermod.value_args(self.env, root=tree)
 
     def torch_runtime(self) -> str:
         key, value = PART_OF

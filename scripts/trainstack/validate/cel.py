@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 from urllib.parse import urlsplit
 
 from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_math, ext_optional, ext_strings
 
+from .. import quantity as quantitymod
 from . import formats
 
 _D = cel.Type.DYN
@@ -39,37 +40,24 @@ class CelError(Exception):
 
 
 # ----------------------------------------------------------------------------- quantity
-_SUFFIX = {"": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "k": Decimal("1e3"),
-           "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"), "P": Decimal("1e15"), "E": Decimal("1e18"),
-           "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
-           "Pi": Decimal(2**50), "Ei": Decimal(2**60)}
-_QRE = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$")
-
-
-_parsed: dict[str, Decimal] = {}
+def _parses(parse: Any) -> Any:
+    """isQuantity(), isIP(), isCIDR(): true when PARSE takes the text without a CEL error."""
+    def test(text: str) -> bool:
+        try:
+            parse(text)
+        except CelError:
+            return False
+        return True
+    return test
 
 
 def parse_quantity(text: str) -> Decimal:
-    found = _parsed.get(text) if isinstance(text, str) else None
-    if found is not None:
-        return found
-    value = _parse_quantity(text)
-    if len(_parsed) < 50_000:
-        _parsed[text] = value
-    return value
-
-
-def _parse_quantity(text: str) -> Decimal:
-    match = _QRE.match(text) if isinstance(text, str) else None
-    if not match:
-        raise CelError(f"quantities must match the regular expression "
-                       f"'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': {text!r}")
-    number, suffix = match.group(1), match.group(2) or ""
+    if not isinstance(text, str):
+        raise CelError(f"expected a quantity string: {text!r}")
     try:
-        value = Decimal(number) * (_SUFFIX[suffix] if suffix in _SUFFIX else Decimal(10) ** int(suffix[1:]))
-    except (InvalidOperation, ValueError) as err:
-        raise CelError(f"invalid quantity {text!r}") from err
-    return value
+        return quantitymod.parse(text)
+    except quantitymod.QuantityError as err:
+        raise CelError(str(err)) from None
 
 
 def _q(value: Any) -> Decimal:
@@ -84,12 +72,7 @@ def _quantity(text: str) -> dict:
     return {_Q: str(parse_quantity(text))}
 
 
-def _is_quantity(text: str) -> bool:
-    try:
-        parse_quantity(text)
-        return True
-    except CelError:
-        return False
+_is_quantity = _parses(parse_quantity)
 
 
 def _as_integer(q: Any) -> int:
@@ -135,12 +118,7 @@ def _ip(text: str) -> dict:
     return {_IP: str(address)}
 
 
-def _is_ip(text: str) -> bool:
-    try:
-        _ip(text)
-        return True
-    except CelError:
-        return False
+_is_ip = _parses(_ip)
 
 
 def _ipv(value: Any):
@@ -159,12 +137,7 @@ def _cidr(text: str) -> dict:
     return {_CIDR: text}
 
 
-def _is_cidr(text: str) -> bool:
-    try:
-        _cidr(text)
-        return True
-    except CelError:
-        return False
+_is_cidr = _parses(_cidr)
 
 
 def _net(value: Any):

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..jsontypes import json_type
 from . import documents, formats, semantics, structural
 from .documents import Document
 from .report import ERROR, WARNING, Finding, Result
@@ -106,14 +107,14 @@ class Validator:
         if data is None and doc.problems:
             return
         if not isinstance(data, dict):
-            add("type-meta", f"a Kubernetes object must be a mapping, got {_json_type(data)}")
+            add("type-meta", f"a Kubernetes object must be a mapping, got {json_type(data)}")
             return
         missing = [name for name, value in (("apiVersion", api_version), ("kind", kind))
                    if not isinstance(value, str) or not value]
         if missing:
             for name in missing:
                 value = data.get(name)
-                what = "is required" if value in (None, "") else f"must be a string, got {_json_type(value)}"
+                what = "is required" if value in (None, "") else f"must be a string, got {json_type(value)}"
                 add("type-meta", f"{name} {what}: every Kubernetes object needs apiVersion and kind",
                     f"/{name}" if name in data else "")
             return
@@ -182,20 +183,6 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ("" if value is None else json.dumps(value, default=str)[:100])
 
 
-def _json_type(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 def _short(value: Any) -> str:
@@ -230,7 +217,7 @@ def _describe(err, info: KindInfo) -> list[tuple[str, str, str]]:
         types = details.get("types") or []
         expected = " or ".join(types) if isinstance(types, list) else str(types)
         return [("schema", path, (f"{where}: Invalid value: {_short(value)}: expected {expected}, "
-                                  f"got {_json_type(value)}"))]
+                                  f"got {json_type(value)}"))]
     if kind == "Enum":
         options = ", ".join(_short(o) for o in details.get("options", []))
         if parts in (["apiVersion"], ["kind"]):

@@ -10,6 +10,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from ...errors import output_line
+
 PROVIDERS = ("auto", "local", "kind", "existing")
 
 
@@ -59,6 +61,5 @@ def docker_answers(timeout: float = 10) -> tuple[bool, str]:
     except subprocess.TimeoutExpired:
         return False, f"docker did not answer within {timeout:.0f}s"
     if result.returncode != 0 or not result.stdout.strip():
-        lines = [ln for ln in (result.stderr or "").strip().splitlines() if ln.strip()]
-        return False, lines[-1] if lines else "the Docker engine did not answer"
+        return False, output_line(result.stderr, markers=(), empty="the Docker engine did not answer")
     return True, ""

@@ -52,8 +52,7 @@ def image_available(image: str, pull: bool = True, timeout: float = 900) -> tupl
     except subprocess.TimeoutExpired:
         return False, f"docker pull did not finish within {timeout:.0f}s"
     if result.returncode != 0:
-        lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
-        return False, lines[-1] if lines else "docker pull failed"
+        return False, output_line(result.stderr, markers=(), empty="docker pull failed")
     return True, "pulled"
 
 
