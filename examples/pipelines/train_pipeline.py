@@ -76,6 +76,7 @@ def evaluate(script: str, namespace: str, trainjob: str, output_claim: str, outp
              timeout_seconds: int = 600) -> NamedTuple("Outputs", [("final_loss", float)]):
     """Load the TrainJob's checkpoint from its output volume and report its loss on the dataset."""
     import base64
+    import contextlib
     import hashlib
     import importlib.util
     import json
