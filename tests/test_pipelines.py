@@ -48,6 +48,42 @@ def _tasks(ir: dict) -> dict:
     return ir["root"]["dag"]["tasks"]
 
 
+def _globals_a_component_needs(component) -> set[str]:
+    """Names a component's function reads from outside itself. kfp runs that function's source on its
+    own (with kfp's dsl and typing imported), never the module around it: a module-level import the
+    function uses is a NameError when the step runs."""
+    import builtins
+    import inspect
+    import symtable
+    import textwrap
+    import typing
+
+    from kfp import dsl
+
+    source = textwrap.dedent(inspect.getsource(component.python_func))
+    [function] = [t for t in symtable.symtable(source, component.name, "exec").get_children()
+                  if t.get_name() == component.python_func.__name__]
+    # what kfp's executor source imports before the function: kfp, dsl, `from kfp.dsl import *`, `from typing import *`
+    provided = set(dir(builtins)) | set(dsl.__all__) | set(typing.__all__) | {"dsl", "kfp"}
+    needed: set[str] = set()
+
+    def walk(table) -> None:
+        needed.update(s.get_name() for s in table.get_symbols() if s.is_global() and s.is_referenced())
+        for child in table.get_children():
+            walk(child)
+
+    walk(function)
+    return needed - provided
+
+
+def test_each_component_runs_on_its_own_source():
+    from trainjob_component import run_trainjob
+
+    components = (tp.make_dataset, tp.evaluate, run_trainjob)
+    assert {c.name for c in components} == {"make-dataset", "evaluate", "run-trainjob"}
+    assert {c.name: _globals_a_component_needs(c) for c in components} == {c.name: set() for c in components}
+
+
 def test_the_pipeline_is_data_then_training_then_evaluation(ir):
     assert ir["pipelineInfo"]["name"] == tp.PIPELINE_NAME
     tasks = _tasks(ir)
