@@ -73,12 +73,20 @@ def _start(binary: Path, config: dict, workdir: Path, kubeconfig: Path, health: 
     pytest.fail(f"{binary.name} did not become ready: {(workdir / 'controller.log').read_text()[-1500:]}")
 
 
-def _status(url: str, token: str | None) -> int:
-    try:
-        monitoring.scrape(url, token)
-        return 200
-    except UserError as err:
-        return 401 if "401" in err.message else 403 if "403" in err.message else 0
+def _status(url: str, token: str | None, want: int, timeout: float = 30) -> int | str:
+    """The HTTP status of a scrape, asked again for up to TIMEOUT seconds until it is WANT: just after
+    start the metrics server's authn/authz filter may not have its API clients yet (an error, 0)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            monitoring.scrape(url, token)
+            got = 200
+        except UserError as err:
+            got = 401 if "401" in err.message else 403 if "403" in err.message else 0
+            last = err.message
+        if got == want or time.monotonic() > deadline:
+            return got if got == want else f"{got} ({last if got != 200 else 'ok'})"
+        time.sleep(1)
 
 
 def test_real_metrics_of_the_pinned_controllers(local_cluster, lock, tmp_path):
@@ -136,9 +144,9 @@ def test_real_metrics_of_the_pinned_controllers(local_cluster, lock, tmp_path):
         jobset_url = f"https://127.0.0.1:{jobset['metrics']}/metrics"
         trainer_url = f"https://127.0.0.1:{trainer['metrics']}/metrics"
         # JobSet: authentication and authorization on /metrics; Trainer v2.3.0: none.
-        assert _status(jobset_url, None) == 401
-        assert _status(jobset_url, other) == 403
-        assert _status(trainer_url, None) == 200
+        assert _status(jobset_url, None, 401) == 401
+        assert _status(jobset_url, other, 403) == 403
+        assert _status(trainer_url, None, 200) == 200
 
         # One JobSet that completes and one that fails (KWOK decides the pods), so the JobSet
         # controller reconciles and counts both outcomes.
