@@ -501,15 +501,10 @@ class Suite:
         result = self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(lws), check=False)
         if result.returncode != 0:
             raise SuiteFailure(f"LeaderWorkerSet {name} not admitted: {_said(result.stderr)}")
-        from kubernetes import client as k8s
-
         selector = f"{LWS_NAME_LABEL}={name}"
-        pods = k8s.CoreV1Api(self.api())
         # the controller makes the StatefulSet, whose controller makes the pod: watch for the pod
-        for found in kubeapi.snapshots(self.api(), pods.list_namespaced_pod, timeout=60, namespace=SMOKE_NS,
-                                       label_selector=selector):
-            if found:
-                break
+        found = kubeapi.wait_for(self.api(), kubeapi.pods(self.api()), lambda pods: pods, timeout=60,
+                                 namespace=SMOKE_NS, label_selector=selector) or {}
         sets = self.kube.kubectl_json("get", "statefulsets", "-n", SMOKE_NS, "-l", selector)["items"]
         if not (sets and found):
             raise SuiteFailure(
