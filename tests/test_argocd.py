@@ -249,11 +249,14 @@ def test_plugin_config_matches_the_pinned_argocd_cmp_server(argocd_objects):
     assert configmap["data"]["plugin.yaml"] == (ARGOCD / "cmp-plugin.yaml").read_text()
 
 
-def checkout_copy(dest: Path) -> Path:
-    """The files a git checkout of this working tree has (tracked and not ignored), symlinks kept."""
+def checkout_copy(dest: Path, only: list[str] | None = None) -> Path:
+    """The files a git checkout of this working tree has (tracked and not ignored), symlinks kept;
+    with ONLY, just those under one of these repository paths."""
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=ROOT,
                             capture_output=True, text=True, check=True).stdout.split("\0")
     for rel in filter(None, listed):
+        if only is not None and not any(rel == p or rel.startswith(p.rstrip("/") + "/") for p in only):
+            continue
         src, target = ROOT / rel, dest / rel
         if not os.path.lexists(src):
             continue
@@ -265,14 +268,45 @@ def checkout_copy(dest: Path) -> Path:
     return dest
 
 
+def generate_paths(app: dict) -> list[str]:
+    """The repository paths of an Application's manifest-generate-paths, resolved as Argo CD does
+    (util/app/path GetSourceRefreshPaths: absolute from the root, else under the source path)."""
+    value = app["metadata"]["annotations"]["argocd.argoproj.io/manifest-generate-paths"]
+    out = []
+    for item in filter(None, (i.strip() for i in value.split(";"))):
+        out.append(item[1:] if item.startswith("/") else os.path.normpath(os.path.join(app["spec"]["source"]["path"], item)))
+    return out
+
+
+def test_a_commit_outside_the_render_inputs_reuses_the_manifests(argocd_objects):
+    """Teams' TrainJobs, docs and tests committed to the same repository do not make Argo CD
+    render the platform again (the plugin render below proves the paths are enough)."""
+    appset = one(argocd_objects, "ApplicationSet")
+    for env in ENVIRONMENTS:
+        app = generated_applications(appset, {**FAKE_CLUSTER, "labels": {"trainstack.io/environment": env}})[0]
+        paths = generate_paths(app)
+        assert paths[0] == f"overlays/{env}", paths
+        for path in paths:
+            assert (ROOT / path).exists(), f"manifest-generate-paths names {path}, which does not exist"
+        for outside in ("examples/sdk_submit.py", "docs/gitops.md", "tests/test_argocd.py", "e2e/gitops/jobs/x.yaml"):
+            assert not any(outside == p or outside.startswith(p + "/") for p in paths), (env, outside)
+
+
 @pytest.mark.slow
 def test_plugin_commands_render_an_environment_from_a_bare_checkout(chart_ready, tmp_path):
     """The plugin's init and generate, run as the CMP server runs them (sh in the Application's
     folder of a fresh copy without the built chart dependencies), print what render prints.
     Offline: dependencies come from the pinned sources in the Go module cache."""
     plugin = yaml.safe_load((ARGOCD / "cmp-plugin.yaml").read_text())["spec"]
-    repo = checkout_copy(tmp_path / "repo")
+    # Only what the Application's manifest-generate-paths name: Argo CD reuses its cached
+    # manifests for a commit that changes nothing there, so the render must need nothing else.
+    appset = one(kustomize(ARGOCD), "ApplicationSet")
+    app = next(a for a in generated_applications(appset, {**FAKE_CLUSTER, "labels": {"trainstack.io/environment": "prod"}}))
+    paths = generate_paths(app)
+    assert "overlays/prod" in paths and "examples" not in paths and "tests" not in paths, paths
+    repo = checkout_copy(tmp_path / "repo", only=paths)
     assert not (repo / "charts" / "trainstack" / "charts").exists()
+    assert not (repo / "examples").exists() and not (repo / "README.md").exists()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "ARGOCD_ENV_TRAINSTACK_ENV": "prod", "ARGOCD_APP_NAME": "trainstack-prod-test",
            "TRAINSTACK_DEPS_SOURCE": "source", "GOPROXY": "off", "GOFLAGS": "-mod=mod"}

@@ -118,3 +118,34 @@ def test_second_run_does_no_work_and_says_so(tmp_path):
     assert archive.stat().st_mtime_ns == mtime
     report = json.loads((repo / "charts/trainstack/charts/.trainstack-deps.json").read_text())
     assert set(report["sources"]) >= {"argocd", "kwok"}  # every upstream source is fetched and verified up front
+
+
+def test_a_fresh_checkout_of_a_built_lock_copies_the_same_dependencies(chart_ready, lock, tmp_path, monkeypatch):
+    """A second checkout (CI's clone, the Argo CD plugin's fresh copy) gets the very files a build of
+    the same lock and build code made, without building; a changed lock builds anew."""
+    from trainstack import deps
+
+    built = tmp_path / "built"
+    shutil.copytree(chart_ready, built, symlinks=True)
+    deps.build(source="source", chart_dir=built, lock=lock, force=True)  # builds, and stores its output
+    fresh = tmp_path / "fresh"
+    shutil.copytree(chart_ready, fresh, symlinks=True, ignore=shutil.ignore_patterns("*.tgz", ".trainstack-deps.json"))
+    shutil.rmtree(fresh / "crds")
+
+    def no_build(*args, **kwargs):
+        raise AssertionError("built again although the same lock was built before")
+
+    monkeypatch.setattr(deps, "_build_from_source", no_build)
+    result = deps.build(source="source", chart_dir=fresh, lock=lock, force=False, sources=False)
+    assert result.source == "source" and sorted(result.charts) == sorted(p.name for p in lock.charts())
+    for sub in ("charts", "crds"):
+        names = sorted(p.name for p in (built / sub).iterdir() if p.is_file())
+        assert names == sorted(p.name for p in (fresh / sub).iterdir() if p.is_file())
+        for name in names:
+            if name != ".trainstack-deps.json":
+                assert (built / sub / name).read_bytes() == (fresh / sub / name).read_bytes(), name
+    assert deps.up_to_date(fresh, lock)
+    # another Chart.yaml is another fingerprint: nothing stored for it, so it builds
+    (fresh / "Chart.yaml").write_text((fresh / "Chart.yaml").read_text() + "# changed\n")
+    with pytest.raises(AssertionError, match="built again"):
+        deps.build(source="source", chart_dir=fresh, lock=lock, force=False, sources=False)

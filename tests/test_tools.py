@@ -124,7 +124,7 @@ def _installed(binary: str) -> Path:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["kind", "kwok", "etcd", "coredns", "lws-controller"])
+@pytest.mark.parametrize("name", ["kind", "kwok", "etcd", "coredns", "lws-controller", "kubernetes"])
 def test_tools_with_a_version_command_report_their_pinned_version(name, lock):
     """What `versionArgs` prints is what a PATH copy is trusted by, and what the released binary prints
     (kind, etcd and CoreDNS keep the version in source; kwok and LWS get it at link time as their release
@@ -133,7 +133,9 @@ def test_tools_with_a_version_command_report_their_pinned_version(name, lock):
 
     tool = lock.tool(name)
     for binary in tool.packages:
-        assert tools._reports_version(str(_installed(binary)), tool), f"{binary} {tool.version_args} != {tool.version}"
+        args = tool.version_args_for(binary)
+        assert args, f"{name}: {binary} has no versionArgs"
+        assert tools._reports_version(str(_installed(binary)), tool), f"{binary} {args} != {tool.version}"
 
 
 @pytest.mark.slow
@@ -212,3 +214,54 @@ def test_a_prometheus_version_placeholder_on_another_version_scheme_is_one_clear
     assert tool("v0.305.2").expanded_ldflags() == "-X github.com/prometheus/common/version.Version=3.5.2"
     with pytest.raises(UserError, match=r"tools\.promtool\.ldflags uses \{prometheusVersion\}, but version v3\.16\.0"):
         tool("v3.16.0").expanded_ldflags()
+
+
+def test_a_kubectl_on_path_is_reused_through_its_own_version_command(tmp_path, lock):
+    """kubectl has no --version flag (the servers of its module do): its versionArgs entry is its own."""
+    from trainstack import tools
+
+    tool = lock.tool("kubernetes")
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "kubectl"
+    # answers only `kubectl version --client`, as the real one does (unknown flags exit 1)
+    script.write_text(f'#!/bin/sh\n[ "$1 $2" = "version --client" ] && echo "Client Version: {tool.version}" && exit 0\n'
+                      'echo "error: unknown flag: $1" >&2; exit 1\n')
+    script.chmod(0o755)
+    assert tool.version_args_for("kubectl") == ("version", "--client")
+    assert tool.version_args_for("kube-apiserver") == ("--version",)
+    assert tools._reports_version(str(script), tool)
+    script.write_text('#!/bin/sh\necho "Client Version: v1.30.0"\n')
+    assert not tools._reports_version(str(script), tool)
+
+
+def test_versionargs_for_a_binary_the_tool_does_not_build_is_one_line(tmp_path):
+    text = (ROOT / "trainstack.lock.yaml").read_text()
+    bad = text.replace("      kubectl: [version, --client]\n", "      kubectl: [version, --client]\n      kubelet: [--version]\n", 1)
+    assert bad != text
+    path = tmp_path / "trainstack.lock.yaml"
+    path.write_text(bad)
+    result = run_cli("tools", "list", env={"TRAINSTACK_LOCK": str(path)})
+    assert_one_line_error(result, "tools.kubernetes.versionArgs")
+
+
+def test_a_stamp_is_trusted_only_with_the_recipe_the_lock_builds_today(tmp_path, lock):
+    """A cached build whose recipe (ldflags, tags, toolchain...) differs from the lock's, or that
+    recorded none, is rebuilt: only its stamp could say how it was built."""
+    from trainstack import tools
+
+    tool = lock.tool("kubeconform")
+    env = {"TRAINSTACK_CACHE": str(tmp_path / "cache"), "PATH": "/usr/bin:/bin"}
+    folder = tmp_path / "cache" / "tools" / tool.name / tool.version
+    _fake_binary(folder / "bin", "kubeconform", tool.version)
+    base = {"module": tool.module, "version": tool.version, "source": "go build",
+            "binaries": {"kubeconform": str(folder / "bin" / "kubeconform")}}
+
+    def status(stamp: dict) -> str:
+        (folder / tools.STAMP).write_text(json.dumps(stamp))
+        rows = json.loads(run_cli("tools", "list", "--output", "json", env=env).stdout)
+        return next(r for r in rows if r["binary"] == "kubeconform")["status"]
+
+    assert status({**base, "recipe": tools._recipe(tool)}) == "installed"
+    assert status(base) == "missing"  # no recipe recorded
+    assert status({**base, "recipe": {**tools._recipe(tool), "ldflags": "-X main.version=dev"}}) == "missing"

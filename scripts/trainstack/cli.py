@@ -55,7 +55,7 @@ def _cmd_deps(args: argparse.Namespace) -> int:
         path = deps.write_chart_lock(paths.chart_dir(), lock.load())
         progress.info(f"wrote {path}")
         return 0
-    result = deps.build(source=args.source, force=args.force)
+    result = deps.build(source=args.source, force=args.force, sources=not args.charts_only)
     if result.skipped:
         progress.info("chart dependencies are up to date with the lock; nothing to do (--force rebuilds)")
     if args.output == "json":
@@ -152,6 +152,9 @@ def build_parser() -> argparse.ArgumentParser:
     deps_p.add_argument("--source", choices=["auto", "oci", "source"], default="auto",
                         help="auto: OCI repositories, else pinned upstream source")
     deps_p.add_argument("--force", action="store_true", help="rebuild even when up to date with the lock")
+    deps_p.add_argument("--charts-only", action="store_true",
+                        help="only what a render needs (the subcharts and crds/): skip fetching the lock's other "
+                        "sources ahead of time (the GitOps plugin's init)")
     deps_p.add_argument("--output", choices=["text", "json"], default="text")
     deps_p.set_defaults(func=_cmd_deps)
 

@@ -11,16 +11,18 @@ never deletes them, so TrainJobs survive `helm uninstall`. Nothing here is commi
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from . import chartpack, helm, paths, progress, tools
+from . import chartpack, helm, paths, progress, tools, yamlio
 from . import lock as lockmod
 from .errors import UserError, output_line
 
@@ -230,7 +232,7 @@ def _write_crds(chart_dir: Path, lock: lockmod.Lock) -> list[str]:
     shutil.rmtree(crd_dir, ignore_errors=True)
     crd_dir.mkdir()
     names = []
-    for doc in yaml.safe_load_all(rendered):
+    for doc in yamlio.load_all(rendered):
         if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
             name = doc["metadata"]["name"]
             (crd_dir / f"{name}.yaml").write_text(yaml.safe_dump(doc, sort_keys=True))
@@ -263,11 +265,57 @@ def up_to_date(chart_dir: Path, lock: lockmod.Lock) -> dict | None:
     return report
 
 
+def _store_dir(chart_dir: Path, lock: lockmod.Lock, used: str) -> Path:
+    """Where built dependencies are kept for other checkouts: by what they are built from and by the
+    code that builds them (this module and chartpack), and by the source used (OCI or upstream)."""
+    import hashlib
+
+    code = "".join(Path(m.__file__).read_text() for m in (sys.modules[__name__], chartpack))
+    key = hashlib.sha256((fingerprint(chart_dir, lock) + code).encode()).hexdigest()[:24]
+    return paths.cache_dir() / "deps" / f"{key}-{used}"
+
+
+def _from_store(chart_dir: Path, lock: lockmod.Lock, source: str) -> dict | None:
+    """Fill charts/ and crds/ from the store (a fresh checkout of a commit built before); the report, or None."""
+    for used in (("oci", "source") if source == "auto" else (source,)):
+        stored = _store_dir(chart_dir, lock, used)
+        try:
+            report = json.loads((stored / "charts" / REPORT).read_text())
+        except (OSError, ValueError):
+            continue
+        for sub in ("charts", "crds"):
+            target = chart_dir / sub
+            target.mkdir(parents=True, exist_ok=True)
+            for item in (stored / sub).iterdir():
+                shutil.copyfile(item, target / item.name)
+        if up_to_date(chart_dir, lock):
+            return report
+    return None
+
+
+def _to_store(chart_dir: Path, lock: lockmod.Lock, used: str) -> None:
+    stored = _store_dir(chart_dir, lock, used)
+    if (stored / "charts" / REPORT).is_file():
+        return
+    tmp = stored.with_name(stored.name + f".tmp{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    for sub in ("charts", "crds"):
+        (tmp / sub).mkdir(parents=True)
+        for item in (chart_dir / sub).iterdir():
+            if item.is_file() and (sub == "crds" or item.suffix == ".tgz" or item.name == REPORT):
+                shutil.copyfile(item, tmp / sub / item.name)
+    try:
+        tmp.rename(stored)
+    except OSError:  # another checkout stored the same build first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def build(source: str = "auto", chart_dir: Path | None = None, lock: lockmod.Lock | None = None,
-          force: bool = True) -> DepsResult:
+          force: bool = True, sources: bool = True) -> DepsResult:
     """Fill charts/ (and crds/) of the umbrella chart. source: auto | oci | source.
 
-    With force=False nothing is done when they were already built from this lock."""
+    With force=False nothing is done when they were already built from this lock. With
+    sources=False the lock's other sources are not fetched ahead of time (a render needs none)."""
     lock = lock or lockmod.load()
     chart_dir = chart_dir or paths.chart_dir()
     if source not in ("auto", "oci", "source"):
@@ -280,6 +328,16 @@ def build(source: str = "auto", chart_dir: Path | None = None, lock: lockmod.Loc
                           oci_error=previous.get("oci_error", ""), skipped=True)
     out_dir = chart_dir / "charts"
     _clean(out_dir)
+    if not force:  # a fresh checkout of a lock built before: the same files, copied
+        stored = _from_store(chart_dir, lock, source)
+        if stored:
+            if sources:  # what a full `trainstack deps` does besides: every other pinned source, verified
+                stored["sources"] = fetch_sources(lock)
+                (out_dir / REPORT).write_text(json.dumps(stored, indent=2, sort_keys=True) + "\n")
+            charts = {name: str(out_dir / archive) for name, archive in stored["charts"].items()}
+            return DepsResult(source=stored["source"], charts=charts, crds=stored["crds"],
+                              oci_error=stored.get("oci_error", ""))
+        _clean(out_dir)
     oci_error = ""
     used = "source"
     charts: dict[str, str] = {}
@@ -298,11 +356,12 @@ def build(source: str = "auto", chart_dir: Path | None = None, lock: lockmod.Loc
     if used == "source":
         charts = _build_from_source(chart_dir, lock, out_dir)
     crds = _write_crds(chart_dir, lock)
-    sources = fetch_sources(lock)
+    fetched = fetch_sources(lock) if sources else {}
     result = DepsResult(source=used, charts=charts, crds=crds, oci_error=oci_error)
     report = {"source": used, "oci_error": oci_error, "charts": {k: Path(v).name for k, v in charts.items()},
-              "crds": crds, "sources": sources, "fingerprint": fingerprint(chart_dir, lock)}
+              "crds": crds, "sources": fetched, "fingerprint": fingerprint(chart_dir, lock)}
     (out_dir / REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+    _to_store(chart_dir, lock, used)
     return result
 
 
@@ -313,4 +372,4 @@ def ensure(lock: lockmod.Lock | None = None) -> None:
     lock = lock or lockmod.load()
     if report.is_file() and up_to_date(chart_dir, lock):
         return
-    build(lock=lock)
+    build(lock=lock, force=False, sources=False)

@@ -7,6 +7,7 @@ helm stay where the user's own path is the CLI (`helm install`, `kubectl apply -
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -44,7 +45,11 @@ def client(kubeconfig: Path | str | None = None, context: str | None = None, poo
 
 def custom_objects(api: Any, group: str, version: str, plural: str, namespace: str | None = None
                    ) -> Callable[..., Any]:
-    """The list call (watchable) of a custom resource, namespaced or cluster-wide."""
+    """The list call (watchable) of a resource under /apis/GROUP/VERSION, namespaced or cluster-wide.
+
+    Not only custom resources: any API group's objects come back as plain dicts this way
+    (apps/v1 deployments, apiextensions.k8s.io/v1 customresourcedefinitions, ...), which keeps
+    typed-model quirks out of the waits. The core group (pods, secrets) is kubernetes.client's."""
     from kubernetes import client as k8s
 
     objects = k8s.CustomObjectsApi(api)
@@ -54,6 +59,26 @@ def custom_objects(api: Any, group: str, version: str, plural: str, namespace: s
     else:
         def listed(**kwargs: Any) -> Any:
             return objects.list_namespaced_custom_object(group, version, namespace, plural, **kwargs)
+    return listed
+
+
+# A list call's keyword arguments (snake_case, as kubernetes.client takes them) and their query names.
+_QUERY = {"label_selector": "labelSelector", "field_selector": "fieldSelector", "resource_version": "resourceVersion",
+          "timeout_seconds": "timeoutSeconds", "watch": "watch", "allow_watch_bookmarks": "allowWatchBookmarks",
+          "limit": "limit"}
+
+
+def core_objects(api: Any, plural: str, namespace: str | None = None) -> Callable[..., Any]:
+    """The list call (watchable) of a core-group (/api/v1) resource as plain dicts, like
+    custom_objects: pods, nodes, secrets, namespaces, namespaced or cluster-wide."""
+    path = f"/api/v1/namespaces/{namespace}/{plural}" if namespace else f"/api/v1/{plural}"
+
+    def listed(**kwargs: Any) -> Any:
+        query = [(_QUERY[k], v) for k, v in kwargs.items() if k in _QUERY and v is not None]
+        return api.call_api(path, "GET", {}, query, {"Accept": "application/json"}, response_type="object",
+                            auth_settings=["BearerToken"], _return_http_data_only=True,
+                            _preload_content=kwargs.get("_preload_content", True),
+                            _request_timeout=kwargs.get("_request_timeout"))
     return listed
 
 
@@ -122,9 +147,18 @@ def wait_for(api: Any, list_call: Callable[..., Any], done: Callable[[dict[str, 
     return None
 
 
+_CLIENTS: dict[tuple[str, int, str | None], Any] = {}
+
+
 def for_kube(kube: Any) -> Any:
-    """An ApiClient for what a LocalCluster or a Kubectl talks to (its kubeconfig and context)."""
-    return client(kube.kubeconfig, getattr(kube, "context", None))
+    """The ApiClient for what a LocalCluster or a Kubectl talks to (its kubeconfig and context), made
+    once per kubeconfig file as written (a cluster started again at the same path gets a new one)."""
+    path = Path(kube.kubeconfig)
+    context = getattr(kube, "context", None)
+    key = (str(path), path.stat().st_mtime_ns if path.exists() else 0, context)
+    if key not in _CLIENTS:
+        _CLIENTS[key] = client(path, context)
+    return _CLIENTS[key]
 
 
 def pods(api: Any) -> Callable[..., Any]:
@@ -132,3 +166,104 @@ def pods(api: Any) -> Callable[..., Any]:
     from kubernetes import client as k8s
 
     return k8s.CoreV1Api(api).list_namespaced_pod
+
+
+def items(api: Any, list_call: Callable[..., Any], **selectors: Any) -> list[dict[str, Any]]:
+    """One list of LIST_CALL (with SELECTORS), its items as dicts."""
+    return _as_dict(api, list_call(**selectors, _request_timeout=REQUEST_TIMEOUT)).get("items") or []
+
+
+def named(api: Any, list_call: Callable[..., Any], name: str, **selectors: Any) -> dict[str, Any] | None:
+    """The object called NAME in LIST_CALL's scope, or None when there is none."""
+    found = items(api, list_call, field_selector=f"metadata.name={name}", **selectors)
+    return found[0] if found else None
+
+
+# The API version of each resource trainstack reads by plural name (resource()). Kueue's is the
+# API server's preferred one (preferred_version): it moved between the versions trainstack supports.
+API_VERSIONS = {
+    "pods": "v1", "nodes": "v1", "configmaps": "v1", "secrets": "v1", "namespaces": "v1", "services": "v1",
+    "deployments": "apps/v1", "statefulsets": "apps/v1", "jobs": "batch/v1",
+    "customresourcedefinitions": "apiextensions.k8s.io/v1",
+    "validatingadmissionpolicies": "admissionregistration.k8s.io/v1",
+    "validatingadmissionpolicybindings": "admissionregistration.k8s.io/v1",
+    "mutatingwebhookconfigurations": "admissionregistration.k8s.io/v1",
+    "validatingwebhookconfigurations": "admissionregistration.k8s.io/v1",
+    "trainjobs": "trainer.kubeflow.org/v1alpha1", "trainingruntimes": "trainer.kubeflow.org/v1alpha1",
+    "clustertrainingruntimes": "trainer.kubeflow.org/v1alpha1",
+    "jobsets": "jobset.x-k8s.io/v1alpha2", "leaderworkersets": "leaderworkerset.x-k8s.io/v1",
+    "applications": "argoproj.io/v1alpha1", "applicationsets": "argoproj.io/v1alpha1",
+}
+
+
+def resource(api: Any, plural: str, namespace: str | None = None) -> Callable[..., Any]:
+    """The list call (watchable, plain dicts) of PLURAL, a resource of API_VERSIONS."""
+    return listing(api, API_VERSIONS[plural], plural, namespace)
+
+
+_PREFERRED: dict[tuple[int, str], str] = {}
+
+
+def preferred_version(api: Any, group: str) -> str:
+    """GROUP's preferred version on the API server (what kubectl reads by default)."""
+    from kubernetes import client as k8s
+
+    key = (id(api), group)
+    if key not in _PREFERRED:
+        for found in k8s.ApisApi(api).get_api_versions(_request_timeout=REQUEST_TIMEOUT).groups:
+            if found.name == group:
+                _PREFERRED[key] = found.preferred_version.version
+                break
+        else:
+            raise UserError(f"the API server serves no {group}")
+    return _PREFERRED[key]
+
+
+class Changes:
+    """Wakes a waiter when any of several watched lists changes: one watch (snapshots) per list, each
+    in its own thread, all setting one event; for waits that span several kinds."""
+
+    def __init__(self, timeout: float) -> None:
+        self.deadline = time.monotonic() + timeout
+        self.event = threading.Event()
+        self._stop = threading.Event()
+        self.watched: set[Any] = set()
+
+    def watch(self, key: Any, api: Any, list_call: Callable[..., Any], **selectors: Any) -> None:
+        """Watch LIST_CALL (with SELECTORS) under KEY, once per key; its first list counts as a change."""
+        if key in self.watched:
+            return
+        self.watched.add(key)
+        threading.Thread(target=self._run, args=(api, list_call, selectors), daemon=True).start()
+
+    def _run(self, api: Any, list_call: Callable[..., Any], selectors: dict[str, Any]) -> None:
+        while not self._stop.is_set() and time.monotonic() < self.deadline:
+            try:
+                for _ in snapshots(api, list_call, timeout=max(1.0, self.deadline - time.monotonic()), **selectors):
+                    if self._stop.is_set():
+                        return
+                    self.event.set()
+                return
+            except Exception:  # noqa: BLE001 - the API server away or busy: wake the waiter, list again in 1s
+                self.event.set()
+                self._stop.wait(1.0)
+
+    def changed(self, seconds: float) -> bool:
+        """Whether something changed within SECONDS (or since the last call); the next call waits anew."""
+        fired = self.event.wait(max(0.0, seconds))
+        self.event.clear()
+        return fired
+
+    def __enter__(self) -> Changes:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+
+
+def listing(api: Any, api_version: str, plural: str, namespace: str | None = None) -> Callable[..., Any]:
+    """The list call (watchable, plain dicts) of PLURAL in API_VERSION ("v1", "apps/v1", ...)."""
+    if "/" not in api_version:
+        return core_objects(api, plural, namespace)
+    group, version = api_version.split("/")
+    return custom_objects(api, group, version, plural, namespace)

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from . import paths
+from . import paths, yamlio
 from .errors import UserError
 
 FLOATING_TAGS = {"latest", "main", "master", "stable", "edge", "nightly"}
@@ -31,6 +31,8 @@ class Tool:
     packages: dict[str, str]
     ldflags: str = ""
     version_args: tuple[str, ...] = ()
+    # versionArgs written per binary (a mapping): kubectl's differ from the servers' of its module.
+    binary_version_args: tuple[tuple[str, tuple[str, ...]], ...] = ()
     staging_replace: bool = False
     optional: bool = False
     tags: tuple[str, ...] = ()  # Go build tags
@@ -42,6 +44,10 @@ class Tool:
     requires: tuple[tuple[str, str], ...] = ()
     # A setup tier of its own (e.g. gitops: `make setup-gitops`): `tools install` without names skips it.
     tier: str = ""
+
+    def version_args_for(self, binary: str) -> tuple[str, ...]:
+        """The arguments that make BINARY print its version (versionArgs, or its own entry there)."""
+        return dict(self.binary_version_args).get(binary, self.version_args)
 
     @property
     def minor(self) -> str:
@@ -141,13 +147,20 @@ class Lock:
         packages = self.get("tools", name, "packages")
         if not isinstance(packages, dict) or not packages:
             raise UserError(f"{self.path}: lock entry 'tools.{name}.packages' must map binary names to Go packages")
+        version_args = entry.get("versionArgs", [])
+        if not isinstance(version_args, list | dict) or (isinstance(version_args, dict) and (
+                set(version_args) - set(packages) or not all(isinstance(a, list) for a in version_args.values()))):
+            raise UserError(f"{self.path}: lock entry 'tools.{name}.versionArgs' must be a list of arguments, or map "
+                            f"some of its binaries ({', '.join(packages)}) to theirs")
         return Tool(
             name=name,
             module=self._str("tools", name, "module"),
             version=self._str("tools", name, "version"),
             packages={str(k): str(v) for k, v in packages.items()},
             ldflags=str(entry.get("ldflags", "")),
-            version_args=tuple(entry.get("versionArgs", ())),
+            version_args=tuple(str(a) for a in version_args) if isinstance(version_args, list) else (),
+            binary_version_args=tuple((str(b), tuple(str(a) for a in args)) for b, args in version_args.items())
+            if isinstance(version_args, dict) else (),
             staging_replace=bool(entry.get("stagingReplace", False)),
             optional=bool(entry.get("optional", False)),
             tags=tuple(str(tag) for tag in entry.get("tags", ())),
@@ -268,7 +281,7 @@ def _load(path: Path) -> Lock:
     if not path.is_file():
         raise UserError(f"lock file {path} not found", "run from a trainstack checkout or set TRAINSTACK_LOCK")
     try:
-        data = yaml.load(path.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        data = yamlio.load(path.read_text())
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

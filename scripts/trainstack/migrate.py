@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from . import commands, helm, paths, progress, tools
+from . import commands, helm, paths, progress, tools, yamlio
 from . import lock as lockmod
 from .errors import UserError
 
@@ -86,8 +86,7 @@ def ref_of(obj: dict[str, Any], default_ns: str) -> Ref:
 
 
 def objects(text: str) -> list[dict[str, Any]]:
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [d for d in yaml.load_all(text, Loader=loader) if isinstance(d, dict) and d.get("kind")]
+    return [d for d in yamlio.load_all(text) if isinstance(d, dict) and d.get("kind")]
 
 
 def unfinished_users(trainjobs: list[dict[str, Any]]) -> dict[str, list[str]]:

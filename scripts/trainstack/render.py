@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from . import deps, helm, paths, tools
+from . import deps, helm, paths, tools, yamlio
 from . import lock as lockmod
 from .errors import UserError
 
@@ -162,7 +162,7 @@ def kustomize_build(env: str, lock: lockmod.Lock | None = None) -> str:
 
 
 def render_objects(env: str, lock: lockmod.Lock | None = None) -> list[dict[str, Any]]:
-    docs = [d for d in yaml.safe_load_all(kustomize_build(env, lock)) if isinstance(d, dict) and d]
+    docs = [d for d in yamlio.load_all(kustomize_build(env, lock)) if isinstance(d, dict) and d]
     return sorted(docs, key=sort_key)
 
 

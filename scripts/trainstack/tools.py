@@ -47,8 +47,9 @@ def _stamp(tool: lockmod.Tool) -> dict | None:
         return None
     if sorted(data.get("binaries", {})) != sorted(tool.packages):
         return None
-    # The build recipe (a stamp from before recipes were recorded is trusted as it is).
-    if "recipe" in data and data["recipe"] != _recipe(tool):
+    # The build recipe: only the stamp says how the binaries were built, so one without a recipe
+    # (written before recipes were recorded) is rebuilt like one whose recipe changed.
+    if data.get("recipe") != _recipe(tool):
         return None
     if not all(Path(p).is_file() for p in data["binaries"].values()):
         return None
@@ -70,10 +71,11 @@ def _recipe(tool: lockmod.Tool) -> dict:
 
 def _reports_version(binary: str, tool: lockmod.Tool) -> bool:
     """True when `binary versionArgs` prints the pinned version (with or without a leading v)."""
-    if not tool.version_args:
+    args = tool.version_args_for(Path(binary).name)
+    if not args:
         return False
     try:
-        out = subprocess.run([binary, *tool.version_args], capture_output=True, text=True, timeout=15)
+        out = subprocess.run([binary, *args], capture_output=True, text=True, timeout=15)
     except (OSError, subprocess.SubprocessError):
         return False
     text = out.stdout + out.stderr

@@ -107,6 +107,15 @@ def test_trainjob_health_progressing_healthy_and_degraded(gitops):
 
 
 @e2e
+def test_only_a_commit_to_what_the_render_reads_runs_the_plugin_again(gitops):
+    """manifest-generate-paths, live: the TrainJobs' commit (outside them) leaves the platform on Argo
+    CD's cached manifests; the values commit (inside overlays/<env>) is rendered by the plugin."""
+    passed(gitops, "TrainJob health from git")
+    passed(gitops, "a git commit reaches the cluster")
+    assert gitops.renders["outside"] == 0 and gitops.renders["inside"] >= 1, gitops.renders
+
+
+@e2e
 def test_a_commit_changing_a_value_reaches_the_cluster(gitops):
     passed(gitops, "a git commit reaches the cluster")
     before, after = gitops.replicas  # read from the Deployment before the commit and after its sync

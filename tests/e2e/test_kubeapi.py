@@ -81,3 +81,31 @@ def test_wait_for_returns_what_done_says_or_none_at_the_timeout(local_cluster):
     start = time.monotonic()
     assert kubeapi.wait_for(api, listing, lambda found: "never" in found, 3, namespace=ns) is None
     assert 2.5 <= time.monotonic() - start < 15
+
+
+def test_core_objects_lists_and_watches_the_core_group_as_plain_dicts(local_cluster):
+    """core_objects reads /api/v1 as JSON (no typed models): namespaced with selectors, cluster-wide,
+    and as a watch."""
+    ns = "kubeapi-core"
+    local_cluster.kubectl("create", "namespace", ns)
+    api = kubeapi.client(local_cluster.kubeconfig)
+    configmaps = kubeapi.core_objects(api, "configmaps", ns)
+    local_cluster.apply([{"apiVersion": "v1", "kind": "ConfigMap",
+                          "metadata": {"name": "labelled", "namespace": ns, "labels": {"pick": "me"}},
+                          "data": {"k": "v"}}])
+    picked = kubeapi.items(api, configmaps, label_selector="pick=me")
+    assert [c["metadata"]["name"] for c in picked] == ["labelled"] and picked[0]["data"] == {"k": "v"}
+    # a timestamp is the API server's own string, as kubectl shows it
+    assert picked[0]["metadata"]["creationTimestamp"].endswith("Z")
+    assert kubeapi.named(api, configmaps, "labelled")["metadata"]["labels"] == {"pick": "me"}
+    assert kubeapi.named(api, configmaps, "absent") is None
+    namespaces = {n["metadata"]["name"] for n in kubeapi.items(api, kubeapi.core_objects(api, "namespaces"))}
+    assert {ns, "default", "kube-system"} <= namespaces
+
+    def created(objects: dict) -> bool:
+        if "later" not in objects:
+            local_cluster.kubectl("create", "configmap", "later", "-n", ns, "--from-literal=k=1", check=False)
+            return False
+        return objects["later"]["data"] == {"k": "1"}
+
+    assert kubeapi.wait_for(api, configmaps, created, timeout=20)

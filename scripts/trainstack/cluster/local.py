@@ -448,17 +448,26 @@ class LocalCluster:
     def wait_real_node(self, timeout: float) -> None:
         from . import node as nodemod
 
-        deadline = time.monotonic() + timeout
-        while True:
-            result = self.kubectl("get", "node", nodemod.NODE_NAME, "-o", "json", check=False)
-            if result.returncode == 0:
-                conds = json.loads(result.stdout).get("status", {}).get("conditions", [])
-                if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conds):
-                    return
-            if self.node.procs["kubelet"].poll() is not None or time.monotonic() > deadline:
-                raise UserError(f"the real node did not become Ready: kubelet: {self.node.log_tail('kubelet')}",
-                                f"logs: {self.node.logs_dir}")
-            time.sleep(0.5)
+        kubelet = self.node.procs["kubelet"]
+        # an exited kubelet ends the wait at once: the failure names its last words
+        if not self.wait_nodes(lambda nodes: nodemod.NODE_NAME in ready_nodes(nodes), timeout,
+                               stop=lambda: kubelet.poll() is not None):
+            raise UserError(f"the real node did not become Ready: kubelet: {self.node.log_tail('kubelet')}",
+                            f"logs: {self.node.logs_dir}")
+
+    def wait_nodes(self, done: Any, timeout: float, stop: Any = lambda: False) -> Any:
+        """DONE(nodes by name) once it is truthy, watching the Node objects; None at TIMEOUT or when
+        STOP() turns true (a node's kubelet exited)."""
+        from .. import kubeapi
+
+        api = kubeapi.for_kube(self)
+        for nodes in kubeapi.snapshots(api, kubeapi.core_objects(api, "nodes"), timeout=timeout, tick=1):
+            found = done(nodes)
+            if found:
+                return found
+            if stop():
+                return None
+        return None
 
     def failure(self, message: str) -> UserError:
         """A UserError carrying the tail of the component log that explains it best."""
@@ -617,15 +626,20 @@ class LocalCluster:
 
     def wait_nodes_ready(self, timeout: float = 60) -> None:
         wanted = {n for pool in self.pools for n in pool.node_names()}
-        deadline = time.monotonic() + timeout
-        while True:
-            ready = set()
-            for node in self.kubectl_json("get", "nodes").get("items", []):
-                for cond in node.get("status", {}).get("conditions", []):
-                    if cond.get("type") == "Ready" and cond.get("status") == "True":
-                        ready.add(node["metadata"]["name"])
-            if wanted <= ready:
-                return
-            if time.monotonic() > deadline:
-                raise self.failure(f"nodes not Ready within {timeout:.0f}s: {', '.join(sorted(wanted - ready))}")
-            time.sleep(0.3)
+        seen: dict[str, dict[str, Any]] = {}
+
+        def all_ready(nodes: dict[str, dict[str, Any]]) -> bool:
+            seen.clear()
+            seen.update(nodes)
+            return wanted <= ready_nodes(nodes)
+
+        if not self.wait_nodes(all_ready, timeout):
+            missing = ", ".join(sorted(wanted - ready_nodes(seen)))
+            raise self.failure(f"nodes not Ready within {timeout:.0f}s: {missing}")
+
+
+def ready_nodes(nodes: dict[str, dict[str, Any]]) -> set[str]:
+    """The names of the NODES (by name) whose Ready condition is True."""
+    return {name for name, node in nodes.items()
+            if any(c.get("type") == "Ready" and c.get("status") == "True"
+                   for c in (node.get("status") or {}).get("conditions") or [])}

@@ -293,16 +293,10 @@ state = "{d}/containerd/state"
                 if (self.logs_dir / f"{name}.log").is_file()}
 
     def stop(self) -> None:
-        """kubelet first (no new pods), then every container, then containerd; the sandbox removes the rest."""
-        for name in ("kubelet", "kube-proxy"):
-            proc = self.procs.get(name)
-            if proc and proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=3)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        """kubelet first (no new pods), then containerd and the rest; the sandbox removes the containers."""
+        first = [self.procs[n] for n in ("kubelet", "kube-proxy") if n in self.procs]
+        sandboxmod.stop_all(first)
+        sandboxmod.stop_all([p for p in self.procs.values() if p not in first])
         self.procs.clear()
 
 

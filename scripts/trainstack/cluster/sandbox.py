@@ -355,3 +355,18 @@ def log_tail(log: Path, lines: int = 2, width: int = 500) -> str:
     text = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
     bad = [ln for ln in text if " E" in ln[:12] or "level=error" in ln or "level=fatal" in ln or "fail" in ln.lower()]
     return " | ".join((bad or text)[-lines:])[:width]
+
+
+def stop_all(procs: list[subprocess.Popen], grace: float = 3) -> None:
+    """Terminate every process at once, then kill what is left after GRACE seconds in all (daemons
+    of a test cluster have nothing to hand over)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + grace
+    for proc in procs:
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -29,6 +29,7 @@ from typing import Any
 
 import yaml
 
+from .. import kubeapi
 from ..cluster.local import pid_alive
 from ..errors import UserError
 from .upgrade import JOBS_NS, NAMESPACE, UpgradeTest, losses, snapshot, terminal
@@ -130,17 +131,20 @@ class Faults:
             time.sleep(0.3)
         admitted = time.monotonic() - start
         test.resume(held)
-        while True:
+        api = test.api()
+        items: dict[str, str] = {}
+        states: dict[str, str] | None = None
+        # watching the TrainJobs; at least every second (tick) a controller that exited is started again
+        for objects in kubeapi.snapshots(api, kubeapi.resource(api, "trainjobs", JOBS_NS), tick=1.0,
+                                         timeout=max(0.0, timeout - (time.monotonic() - start))):
             restarted += self.start_dead()
-            items = {t["metadata"]["name"]: terminal(t)[0]
-                     for t in test.kube.kubectl_json("get", "trainjobs", "-n", JOBS_NS)["items"]}
+            items = {n: terminal(t)[0] for n, t in objects.items()}
             if all(items.get(n) for n in names):
                 states = {n: items[n] for n in names}
                 break
-            if time.monotonic() - start > timeout:
-                late = [n for n in names if not items.get(n)]
-                raise UserError(f"fault {name}: TrainJobs not finished within {timeout:.0f}s: {', '.join(late)}")
-            time.sleep(1)
+        if states is None:
+            late = [n for n in names if not items.get(n)]
+            raise UserError(f"fault {name}: TrainJobs not finished within {timeout:.0f}s: {', '.join(late)}")
         recovered = time.monotonic() - start
         if restarted:
             notes.append(f"started again after exiting: {', '.join(restarted)} (restartPolicy Always)")
@@ -182,8 +186,9 @@ class Faults:
         def inject() -> str:
             self.kill(TRAINER)
             created = test.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job), check=False)
-            stored = test.kube.kubectl("get", "trainjob", name, "-n", JOBS_NS, check=False).returncode == 0
-            jobset = test.kube.kubectl("get", "jobset", name, "-n", JOBS_NS, check=False).returncode == 0
+            api = test.api()
+            stored = kubeapi.named(api, kubeapi.resource(api, "trainjobs", JOBS_NS), name) is not None
+            jobset = kubeapi.named(api, kubeapi.resource(api, "jobsets", JOBS_NS), name) is not None
             result.update(rc=created.returncode, message=(created.stderr.strip().splitlines() or [""])[-1],
                           stored=stored or jobset)
             return ""
@@ -247,22 +252,23 @@ def real_node_fault(suite: Any, component: str, seconds: int = 40, jobs: int = 1
         job.node_selector, job.tolerations = suite.provider.placement(job)
         kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job.manifest(SMOKE_NS)))
     selector = "jobset.sigs.k8s.io/jobset-name in (" + ",".join(names) + ")"
-    deadline = time.monotonic() + suite.provider.job_timeout
-    while True:  # the pods run on the real node
-        pods = kube.kubectl_json("get", "pods", "-n", SMOKE_NS, "-l", selector)["items"]
-        running = [p for p in pods if (p.get("status") or {}).get("phase") == "Running"
+    api = suite.api()
+
+    def on_the_node(found: dict[str, dict[str, Any]]) -> list[dict[str, Any]] | None:
+        running = [p for p in found.values() if (p.get("status") or {}).get("phase") == "Running"
                    and p["spec"].get("nodeName") == nodemod.NODE_NAME]
-        if len(running) >= jobs:
-            break
-        if time.monotonic() > deadline:
-            raise UserError(f"{component} fault: the TrainJobs' pods did not run on the real node in time")
-        time.sleep(1)
+        return running if len(running) >= jobs else None
+
+    running = kubeapi.wait_for(api, kubeapi.pods(api), on_the_node, suite.provider.job_timeout,
+                               namespace=SMOKE_NS, label_selector=selector)
+    if running is None:
+        raise UserError(f"{component} fault: the TrainJobs' pods did not run on the real node in time")
     uids = {p["metadata"]["uid"] for p in running}
     start = time.monotonic()
     away = node.restart(component)
     states = suite.wait_trainjobs({n: "Complete" for n in names}, timeout=suite.provider.job_timeout)
     recovered = time.monotonic() - start
-    pods = kube.kubectl_json("get", "pods", "-n", SMOKE_NS, "-l", selector)["items"]
+    pods = kubeapi.items(api, kubeapi.pods(api), namespace=SMOKE_NS, label_selector=selector)
     restarts = sum(c.get("restartCount", 0) for p in pods for c in (p.get("status") or {}).get("containerStatuses") or [])
     same = uids <= {p["metadata"]["uid"] for p in pods}
     lost = sum(1 for n in names if n not in states) + (0 if same else 1)

@@ -18,11 +18,16 @@ Deployments are not applied: their processes run here), server-side; then the cl
 labelled with the environment, the repository Secret, and `kustomize build overlays/argocd`
 (AppProject, ApplicationSet, plugin ConfigMap).
 
+The real node starts pulling the TrainJobs' image (gigabytes) as soon as it is up, as a pre-pull
+DaemonSet would, so the health step later does not wait for it.
+
 The checks (each a step): the ApplicationSet generates the Application for this cluster; it syncs to
 Synced and Healthy through the plugin; the order of the operation's resource results follows the
 sync waves; the Trainer CRDs are applied server-side; the suite's CRD, controller, runtime and
 policy checks; no drift over two more reconciles; a TrainJob from git is Progressing then Healthy,
-a failing one Degraded (the health Lua, live); a commit changing a value reaches the cluster; the
+a failing one Degraded (the health Lua, live), and that commit (outside the platform's
+manifest-generate-paths) does not run the plugin again; a commit changing a value reaches the
+cluster (and is rendered by the plugin); the
 published chart (Kustomize helmCharts from the OCI registry, git holding only values) takes over the
 objects and syncs; deleting that Application removes the release but keeps the CRDs and TrainJobs.
 """
@@ -38,13 +43,13 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .. import deps, helm, paths, tools
+from .. import deps, helm, kubeapi, paths, tools, yamlio
 from .. import lock as lockmod
 from ..cluster import sandbox as sandboxmod
 from ..errors import UserError, output_line
@@ -72,6 +77,7 @@ TRAINER_CRDS = ("trainjobs.trainer.kubeflow.org", "trainingruntimes.trainer.kube
 # reconciles" take seconds.
 RECONCILE_S = 5
 REPLICAS_VALUE = ("kubeflow-trainer", "manager", "replicas")
+PULL_NS = "trainstack-e2e-pull"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -144,11 +150,10 @@ def argocd_manifests(lock: lockmod.Lock) -> tuple[list[dict[str, Any]], str]:
     zip_path = deps._verified_zip(source)
     prefix = f"{source.module}@{source.version}/manifests/"
     crds: list[dict[str, Any]] = []
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with zipfile.ZipFile(zip_path) as archive:
         for name in sorted(archive.namelist()):
             if name.startswith(prefix + "crds/") and name.endswith("-crd.yaml"):
-                crds += [d for d in yaml.load_all(archive.read(name), Loader=loader) if isinstance(d, dict)]
+                crds += [d for d in yamlio.load_all(archive.read(name)) if isinstance(d, dict)]
         install = archive.read(prefix + "install.yaml").decode()
     if not crds:
         raise UserError(f"{source.module}@{source.version} has no CRDs under manifests/crds")
@@ -219,6 +224,11 @@ class ArgoCD:
             "ARGOCD_RECONCILIATION_TIMEOUT": f"{RECONCILE_S}s",
             # and `timeout.reconciliation.jitter`: up to 60s added to every resync by default in v3.6
             "ARGOCD_RECONCILIATION_JITTER": "0s",
+            # Argo CD sleeps 2s between sync waves (controller/sync.go delayBetweenSyncWaves) so that
+            # hooks do not fire on a stale health; trainstack syncs no hooks, and every wave still waits
+            # for the health of the one before (a Deployment's counts only once its controller observed
+            # it). Six waves a sync, four syncs here: 0s, as Argo CD's docs allow.
+            "ARGOCD_SYNC_WAVE_DELAY": "0",
         })
         for sub in ("tmp", "plugins", "cmp-config", "config/gpg/keys", "config/gpg/source", "config/ssh", "config/tls"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
@@ -265,8 +275,9 @@ class ArgoCD:
         if dead:
             raise SuiteFailure(f"Argo CD component(s) exited: {', '.join(dead)}: {self.log_tail(dead[0])}",
                                f"logs: {self.logs_dir}")
+        # the CLI wants a HOME for its config (the components run without one)
         out = subprocess.run([str(bin_dir / "argocd"), "version", "--client", "--short"], capture_output=True,
-                             text=True, env=env)
+                             text=True, env={**env, "HOME": str(self.dir)})
         version = (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr).strip() else "argocd"
         return (f"{version}; " + ", ".join(f"{n} (pid {p.pid})" for n, p in self.procs.items())
                 + f"; Redis {redis_version()}; all in the cluster's network namespace")
@@ -279,19 +290,25 @@ class ArgoCD:
     def log_tail(self, name: str, lines: int = 3) -> str:
         return sandboxmod.log_tail(self.logs_dir / f"{name}.log", lines, width=600)
 
+    def plugin_renders(self) -> int:
+        """How many times the trainstack plugin has generated manifests: the CMP server's finished
+        GenerateManifest calls (its gRPC log, one JSON object a line)."""
+        log = self.logs_dir / "argocd-cmp-server.log"
+        count = 0
+        for line in log.read_text(errors="replace").splitlines() if log.is_file() else []:
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(entry, dict) and entry.get("grpc.method") == "GenerateManifest" and "grpc.code" in entry:
+                count += 1
+        return count
+
     def logs(self) -> dict[str, Path]:
         return {p.stem: p for p in self.logs_dir.glob("*.log")} if self.logs_dir.is_dir() else {}
 
     def stop(self) -> None:
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.procs.values():
-            try:
-                proc.wait(timeout=3)  # a test's Argo CD has nothing to hand over: no longer than that
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        sandboxmod.stop_all(list(self.procs.values()))
 
 
 def go_env() -> dict[str, str]:
@@ -328,6 +345,8 @@ class GitOpsSuite:
         self.trainjobs: list[str] = []
         self.replicas: tuple[int, int] = (0, 0)
         self.revision = ""
+        # plugin renders caused by a commit outside / inside the platform's manifest-generate-paths
+        self.renders: dict[str, int] = {}
 
     @property
     def steps(self):
@@ -342,6 +361,7 @@ class GitOpsSuite:
         s = self.suite
         return [
             *s.cluster_steps(", real node"),
+            ("TrainJobs' image pulled ahead on the real node", self.pull_ahead),
             ("git repository served in the cluster's namespace", self.serve_git),
             ("chart published to the cluster's OCI registry", self.publish_chart),
             ("Argo CD CRDs and install component (server-side)", self.install_argocd),
@@ -362,14 +382,7 @@ class GitOpsSuite:
         self.suite.step(name, fn)
 
     def run(self) -> None:
-        planned = self.plan()
-        for i, (name, fn) in enumerate(planned):
-            try:
-                self.step(name, fn)
-            except UserError as err:
-                self.steps.extend(suitemod.Step(n) for n, _ in planned[i + 1:])
-                raise SuiteFailure(f"{name}: {err.message}", err.hint or f"Argo CD logs: {self.argocd.logs_dir}") \
-                    from None
+        self.suite.run(self.plan(), hint=f"Argo CD logs: {self.argocd.logs_dir}")
 
     def logs(self) -> dict[str, Path]:
         out = self.argocd.logs()
@@ -380,26 +393,14 @@ class GitOpsSuite:
         return out
 
     def stop(self) -> None:
-        self.argocd.stop()
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
+        sandboxmod.stop_all([*self.argocd.procs.values(), *self.procs.values()])
 
     # -- helpers ------------------------------------------------------------------------------
     def _start(self, name: str, cmd: list[str], port: int) -> None:
-        self.procs[name] = self.kube.sandbox.start(name, cmd, self.run_dir / "logs" / f"{name}.log")
-        deadline = time.monotonic() + 20
-        probe = [*self.kube.sandbox.enter_net(), "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"]
-        while subprocess.run(probe, capture_output=True).returncode != 0:
-            if time.monotonic() > deadline or self.procs[name].poll() is not None:
-                log = self.run_dir / "logs" / f"{name}.log"
-                raise SuiteFailure(f"{name} did not listen on 127.0.0.1:{port}: "
-                                   f"{log.read_text(errors='replace')[-300:] if log.is_file() else 'no log'}")
-            time.sleep(0.2)
+        log = self.run_dir / "logs" / f"{name}.log"
+        self.procs[name] = self.kube.sandbox.start(name, cmd, log)
+        if not self.kube.sandbox.wait_listening(port, 20, alive=lambda: self.procs[name].poll() is None):
+            raise SuiteFailure(f"{name} did not listen on 127.0.0.1:{port}: {sandboxmod.log_tail(log, 3, width=300)}")
 
     def apply(self, objects: list[dict[str, Any]]) -> None:
         """Server-side apply, as Argo CD's install guide and its users do for its big CRDs."""
@@ -407,39 +408,59 @@ class GitOpsSuite:
         self.kube.kubectl("apply", "--server-side", "--field-manager=trainstack-e2e", "--force-conflicts", "-f", "-",
                           input_text=text, timeout=120)
 
+    # The cluster is read and waited on with the kubernetes client (kubeapi: watches, not polling).
+    def api(self) -> Any:
+        return self.suite.api()
+
+    def listing(self, plural: str, namespace: str | None = None) -> Callable[..., Any]:
+        return kubeapi.resource(self.api(), plural, namespace)
+
+    def applications(self) -> Callable[..., Any]:
+        return self.listing("applications", ARGOCD_NS)
+
+    def crds(self) -> Callable[..., Any]:
+        return self.listing("customresourcedefinitions")
+
+    def deployments(self) -> list[dict[str, Any]]:
+        return self.suite.read("deployments", NAMESPACE)
+
+    def trainjob_names(self) -> set[str]:
+        return {t["metadata"]["name"] for t in self.suite.read("trainjobs", SMOKE_NS)}
+
     def wait_established(self, names: list[str], timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
-        while True:
-            items = self.kube.kubectl_json("get", "crds")["items"]
-            ready = {c["metadata"]["name"] for c in items
-                     if any(k.get("type") == "Established" and k.get("status") == "True"
-                            for k in (c.get("status") or {}).get("conditions") or [])}
-            if set(names) <= ready:
-                return
-            if time.monotonic() > deadline:
-                raise SuiteFailure(f"CRDs not Established within {timeout:.0f}s: {', '.join(sorted(set(names) - ready))}")
-            time.sleep(0.5)
+        def ready(crds: dict[str, dict[str, Any]]) -> set[str]:
+            return {n for n, c in crds.items() if any(k.get("type") == "Established" and k.get("status") == "True"
+                                                      for k in (c.get("status") or {}).get("conditions") or [])}
+
+        if not kubeapi.wait_for(self.api(), self.crds(), lambda crds: set(names) <= ready(crds), timeout):
+            missing = set(names) - ready({c["metadata"]["name"]: c for c in kubeapi.items(self.api(), self.crds())})
+            raise SuiteFailure(f"CRDs not Established within {timeout:.0f}s: {', '.join(sorted(missing))}")
 
     def application(self, name: str | None = None) -> dict[str, Any]:
-        result = self.kube.kubectl("get", "applications.argoproj.io", name or self.app, "-n", ARGOCD_NS, "-o", "json",
-                                   check=False)
-        return json.loads(result.stdout) if result.returncode == 0 else {}
+        return kubeapi.named(self.api(), self.applications(), name or self.app) or {}
+
+    def check_argocd(self) -> None:
+        dead = [n for n, p in self.argocd.procs.items() if p.poll() is not None]
+        if dead:
+            raise SuiteFailure(f"Argo CD component {dead[0]} exited: {self.argocd.log_tail(dead[0])}")
+
+    def watch_app(self, name: str, timeout: float) -> Iterator[dict[str, Any]]:
+        """NAME as it is now and after every change (at least every few seconds), for TIMEOUT seconds;
+        fails as soon as an Argo CD component has exited."""
+        for apps in kubeapi.snapshots(self.api(), self.applications(), timeout=timeout,
+                                      field_selector=f"metadata.name={name}"):
+            self.check_argocd()
+            yield apps.get(name) or {}
 
     def wait_app(self, name: str, want: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
         last_report = time.monotonic()
         app: dict[str, Any] = {}
-        while time.monotonic() < deadline:
-            app = self.application(name)
+        for app in self.watch_app(name, timeout):
             if app and want(app):
                 return app
-            dead = [n for n, p in self.argocd.procs.items() if p.poll() is not None]
-            if dead:
-                raise SuiteFailure(f"Argo CD component {dead[0]} exited: {self.argocd.log_tail(dead[0])}")
             if time.monotonic() - last_report > 10:
                 self.log(f"  waiting for {name}: {summary(app)}")
                 last_report = time.monotonic()
-            time.sleep(1)
         raise SuiteFailure(f"Application {name} not {what} within {timeout:.0f}s: {summary(app)}",
                            f"Argo CD logs: {self.argocd.logs_dir}")
 
@@ -507,7 +528,7 @@ class GitOpsSuite:
             "resources": ["install.yaml"], "components": [os.path.relpath(component, build)]}))
         rendered = helm.run(["build", str(build), "--load-restrictor", "LoadRestrictionsNone"], lock=self.lock,
                             binary="kustomize").stdout
-        objects = [d for d in yaml.safe_load_all(rendered) if isinstance(d, dict)]
+        objects = [d for d in yamlio.load_all(rendered) if isinstance(d, dict)]
         keep = {"ConfigMap", "Secret", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
         config = [o for o in objects if o.get("kind") in keep]
         for obj in config:
@@ -558,19 +579,21 @@ class GitOpsSuite:
                                                           lock=self.lock, binary="kustomize").stdout)
                    if isinstance(d, dict)]
         self.apply(objects)
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            apps = self.kube.kubectl_json("get", "applications.argoproj.io", "-n", ARGOCD_NS)["items"]
-            mine = [a for a in apps if (a["metadata"].get("labels") or {}).get("trainstack.io/environment") == self.env]
-            if mine:
-                self.app = mine[0]["metadata"]["name"]
-                others = sorted(a["metadata"]["name"] for a in apps if a not in mine)
-                source = mine[0]["spec"]["source"]
-                return (f"ApplicationSet generated {self.app} ({source['repoURL']} {source['path']}@"
-                        f"{source['targetRevision']}, plugin {source.get('plugin', {}).get('name')})"
-                        + (f"; also {', '.join(others)}" if others else "; none for the other environments"))
-            time.sleep(1)
-        appset = self.kube.kubectl_json("get", "applicationsets.argoproj.io", "trainstack", "-n", ARGOCD_NS)
+
+        def mine(apps: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+            return [a for a in apps.values() if (a["metadata"].get("labels") or {}).get("trainstack.io/environment")
+                    == self.env]
+
+        found = kubeapi.wait_for(self.api(), self.applications(), lambda apps: mine(apps) and apps, 60)
+        if found:
+            generated = mine(found)[0]
+            self.app = generated["metadata"]["name"]
+            others = sorted(n for n in found if n != self.app)
+            source = generated["spec"]["source"]
+            return (f"ApplicationSet generated {self.app} ({source['repoURL']} {source['path']}@"
+                    f"{source['targetRevision']}, plugin {source.get('plugin', {}).get('name')})"
+                    + (f"; also {', '.join(others)}" if others else "; none for the other environments"))
+        appset = kubeapi.named(self.api(), self.listing("applicationsets", ARGOCD_NS), "trainstack") or {}
         raise SuiteFailure(f"the ApplicationSet generated no Application for env {self.env}: "
                            f"{(appset.get('status') or {}).get('conditions')}")
 
@@ -616,7 +639,7 @@ class GitOpsSuite:
     def crds_server_side(self) -> str:
         sizes = []
         for name in TRAINER_CRDS:
-            crd = self.kube.kubectl_json("get", "crd", name, "--show-managed-fields")
+            crd = kubeapi.named(self.api(), self.crds(), name) or {"metadata": {"name": name}, "spec": {}}
             annotations = crd["metadata"].get("annotations") or {}
             if "kubectl.kubernetes.io/last-applied-configuration" in annotations:
                 raise SuiteFailure(f"CRD {name} carries a client-side last-applied annotation")
@@ -630,34 +653,54 @@ class GitOpsSuite:
         return f"{listed}; {over} over the 256 KiB annotation limit; field manager argocd-controller (Apply)"
 
     def no_drift(self) -> str:
-        app = self.application()
-        seen = [app["status"].get("reconciledAt", "")]
-        deadline = time.monotonic() + 6 * RECONCILE_S + 60
-        while len(seen) < 3:
-            if time.monotonic() > deadline:
-                raise SuiteFailure(f"the application controller did not reconcile twice within "
-                                   f"{6 * RECONCILE_S + 60}s (reconciledAt {seen})")
-            time.sleep(2)
-            app = self.application()
-            at = app["status"].get("reconciledAt", "")
-            if at and at != seen[-1]:
+        seen: list[str] = []
+        app: dict[str, Any] = {}
+        for app in self.watch_app(self.app, 6 * RECONCILE_S + 60):
+            at = (app.get("status") or {}).get("reconciledAt", "")
+            if not seen:
+                seen.append(at)
+            elif at and at != seen[-1]:
                 seen.append(at)
                 if not synced(app):
                     drift = [f"{r['kind']}/{r['name']}" for r in app["status"].get("resources", [])
                              if r.get("status") != "Synced"]
                     raise SuiteFailure(f"OutOfSync after a reconcile at {at}: {', '.join(drift) or summary(app)}")
+            if len(seen) == 3:
+                break
+        else:
+            raise SuiteFailure(f"the application controller did not reconcile twice within "
+                               f"{6 * RECONCILE_S + 60}s (reconciledAt {seen})")
         bundles = 0
         for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-            for item in self.kube.kubectl_json("get", kind)["items"]:
+            for item in self.suite.read(kind):
                 bundles += sum(1 for w in item.get("webhooks") or [] if (w.get("clientConfig") or {}).get("caBundle"))
         ops = app["status"].get("operationState", {}).get("operation", {}).get("sync", {}).get("revision", "")
         return (f"Synced at reconciles {', '.join(seen)}; {bundles} webhook caBundles written by the controllers, "
                 f"ignored; last sync of {ops[:12] or 'the same revision'}")
 
+    def health_runtime(self) -> dict[str, Any]:
+        """The golden runtime the TrainJobs from git use: CPU torch, one pod template."""
+        return next(r for r in suitemod.golden_runtimes(self.suite.rendered)
+                    if "torch" in suitemod.ml_policies(r) and not suitemod.is_gpu(r) and len(suitemod.pod_specs(r)) == 1)
+
+    def pull_ahead(self) -> str:
+        """The node pulls the TrainJobs' image while Argo CD syncs, as a pre-pull DaemonSet does for a
+        cluster's nodes: its layers are gigabytes, and a fresh node would pull them when the first
+        TrainJob starts. A pod that runs `true` makes the kubelet pull it; nothing waits for it."""
+        images = sorted({c["image"] for spec in suitemod.pod_specs(self.health_runtime())
+                         for c in spec.get("containers") or []})
+        pods = [{"apiVersion": "v1", "kind": "Pod",
+                 "metadata": {"name": f"pull-{i}", "namespace": PULL_NS},
+                 "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
+                          "containers": [{"name": "pull", "image": image, "command": ["true"],
+                                          "imagePullPolicy": "IfNotPresent"}]}}
+                for i, image in enumerate(images)]
+        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PULL_NS}}, *pods])
+        return f"{', '.join(images)}: pulled by the kubelet in the background (pods in {PULL_NS})"
+
     def trainjob_health(self) -> str:
         s = self.suite
-        runtime = next(r for r in suitemod.golden_runtimes(s.rendered)
-                       if "torch" in suitemod.ml_policies(r) and not suitemod.is_gpu(r) and len(suitemod.pod_specs(r)) == 1)
+        runtime = self.health_runtime()
         ok = SmokeJob("gitops-ok", runtime, num_nodes=1, labels=s.job_labels)
         ok.command = ["python", "-c", "import time; time.sleep(8); print('trainstack gitops')"]
         failing_runtime = s.failing_runtime(simulated=False)
@@ -675,6 +718,7 @@ class GitOpsSuite:
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "trainjobs.yaml").write_text(yaml.safe_dump_all(documents, sort_keys=False))
 
+        renders = self.argocd.plugin_renders()
         commit = self.git.commit("e2e: TrainJobs from git", edit)
         project = {"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
                    "metadata": {"name": "e2e-jobs", "namespace": ARGOCD_NS},
@@ -690,9 +734,8 @@ class GitOpsSuite:
                         "syncPolicy": {"automated": {}, "syncOptions": ["ServerSideApply=true"]}}}
         self.apply([project, app])
         seen: dict[str, list[str]] = {"gitops-ok": [], "gitops-fails": []}
-        deadline = time.monotonic() + max(240, s.provider.job_timeout)
-        while time.monotonic() < deadline:
-            current = self.application(JOBS_APP)
+        current: dict[str, Any] = {}
+        for current in self.watch_app(JOBS_APP, max(240, s.provider.job_timeout)):
             for res in (current.get("status") or {}).get("resources") or []:
                 if res.get("kind") == "TrainJob" and res["name"] in seen:
                     state = (res.get("health") or {}).get("status", "")
@@ -700,7 +743,6 @@ class GitOpsSuite:
                         seen[res["name"]].append(state)
             if seen["gitops-ok"][-1:] == ["Healthy"] and seen["gitops-fails"][-1:] == ["Degraded"]:
                 break
-            time.sleep(1)
         else:
             raise SuiteFailure(f"TrainJob health from Argo CD: {seen} (want gitops-ok Progressing then Healthy, "
                                f"gitops-fails Degraded)")
@@ -708,8 +750,17 @@ class GitOpsSuite:
             raise SuiteFailure(f"gitops-ok was never Progressing in Argo CD: {seen['gitops-ok']}")
         self.trainjobs = ["gitops-ok", "gitops-fails"]
         app_health = (current["status"].get("health") or {}).get("status")
+        # The commit touched none of the platform's manifest-generate-paths: its Application moves to
+        # the new revision on Argo CD's cached manifests, without running the plugin again.
+        self.wait_app(self.app, lambda a: synced(a) and a["status"]["sync"].get("revision") == commit, 60,
+                      f"Synced at {commit[:12]}")
+        again = self.renders["outside"] = self.argocd.plugin_renders() - renders
+        if again:
+            raise SuiteFailure(f"a commit outside the platform's manifest-generate-paths rendered it {again} more "
+                               f"time(s) (cmp-server log: {self.argocd.logs_dir / 'argocd-cmp-server.log'})")
         return (f"commit {commit[:12]}; gitops-ok {' -> '.join(seen['gitops-ok'])}; gitops-fails "
-                f"{' -> '.join(seen['gitops-fails'])}; Application {JOBS_APP} {app_health}")
+                f"{' -> '.join(seen['gitops-fails'])}; Application {JOBS_APP} {app_health}; {self.app} Synced "
+                f"at {commit[:12]} without rendering again")
 
     def commit_reaches_cluster(self) -> str:
         deploy = self.trainer_deployment()
@@ -726,6 +777,7 @@ class GitOpsSuite:
             values.write_text(yaml.safe_dump(data, sort_keys=False))
 
         start = time.monotonic()
+        renders = self.argocd.plugin_renders()
         commit = self.git.commit(f"{self.env}: {'.'.join(REPLICAS_VALUE)}={wanted}", edit)
         # Argo CD polls git every reconcile (no webhook here): the new revision, synced
         self.wait_app(self.app, lambda a: synced(a) and a["status"]["sync"].get("revision") == commit
@@ -735,12 +787,16 @@ class GitOpsSuite:
         self.replicas = (before, after)
         if after != wanted:
             raise SuiteFailure(f"Deployment {deploy['metadata']['name']} has {after} replicas after the sync, want {wanted}")
+        rendered = self.renders["inside"] = self.argocd.plugin_renders() - renders
+        if not rendered:  # the commit is inside overlays/<env>: the plugin must have run for it
+            raise SuiteFailure(f"commit {commit[:12]} synced without the plugin rendering it (cmp-server log: "
+                               f"{self.argocd.logs_dir / 'argocd-cmp-server.log'})")
         return (f"commit {commit[:12]} ({'.'.join(REPLICAS_VALUE)}: {before} -> {wanted}) synced in "
-                f"{time.monotonic() - start:.0f}s; Deployment {deploy['metadata']['name']} replicas {after}")
+                f"{time.monotonic() - start:.0f}s ({rendered} plugin render(s)); Deployment "
+                f"{deploy['metadata']['name']} replicas {after}")
 
     def trainer_deployment(self) -> dict[str, Any]:
-        items = self.kube.kubectl_json("get", "deployments", "-n", NAMESPACE)["items"]
-        for item in items:
+        for item in self.deployments():
             images = [c.get("image", "") for c in item["spec"]["template"]["spec"]["containers"]]
             if any("trainer-controller-manager" in i for i in images):
                 return item
@@ -750,12 +806,9 @@ class GitOpsSuite:
         """Git holds only values and a kustomization naming the published chart; Argo CD's kustomize inflates it."""
         # The generated Application goes (its cluster label removed): preserveResourcesOnDeletion keeps the platform.
         self.kube.kubectl("label", "secret", "cluster-local", "-n", ARGOCD_NS, "trainstack.io/environment-")
-        deadline = time.monotonic() + 60
-        while self.application(self.app):
-            if time.monotonic() > deadline:
-                raise SuiteFailure(f"{self.app} still there 60s after its cluster lost its label")
-            time.sleep(1)
-        left = len(self.kube.kubectl_json("get", "deployments", "-n", NAMESPACE)["items"])
+        if not kubeapi.wait_for(self.api(), self.applications(), lambda apps: self.app not in apps, 60):
+            raise SuiteFailure(f"{self.app} still there 60s after its cluster lost its label")
+        left = len(self.deployments())
         if not left:
             raise SuiteFailure("removing the cluster's label deleted the platform's Deployments")
 
@@ -790,7 +843,7 @@ class GitOpsSuite:
         got = self.wait_app(PUBLISHED_APP, lambda a: synced(a) and healthy(a) and op_phase(a) == "Succeeded", 300,
                             "Synced and Healthy")
         # the objects are now the published chart's Application's (Argo CD's tracking annotation)
-        tracked = [d["metadata"]["name"] for d in self.kube.kubectl_json("get", "deployments", "-n", NAMESPACE)["items"]
+        tracked = [d["metadata"]["name"] for d in self.deployments()
                    if not ((d["metadata"].get("annotations") or {}).get("argocd.argoproj.io/tracking-id", "")
                            .startswith(f"{PUBLISHED_APP}:"))]
         if tracked:
@@ -801,27 +854,26 @@ class GitOpsSuite:
                 f"ApplicationSet's Application went")
 
     def delete_application(self) -> str:
-        before = {t["metadata"]["name"] for t in self.kube.kubectl_json("get", "trainjobs", "-n", SMOKE_NS)["items"]}
+        before = self.trainjob_names()
         # the jobs' own Application goes first, without cascading: the TrainJobs are the teams', not the release's
         self.kube.kubectl("delete", "applications.argoproj.io", JOBS_APP, "-n", ARGOCD_NS, "--wait=true", timeout=120)
         self.kube.kubectl("delete", "applications.argoproj.io", PUBLISHED_APP, "-n", ARGOCD_NS, "--wait=true",
                           "--timeout=180s", timeout=200)
         deadline = time.monotonic() + 120
-        while True:
-            left = [d["metadata"]["name"] for d in self.kube.kubectl_json("get", "deployments", "-n", NAMESPACE)["items"]]
-            runtimes = self.kube.kubectl_json("get", "clustertrainingruntimes")["items"]
-            if not left and not runtimes:
-                break
-            if time.monotonic() > deadline:
+        deployments = self.listing("deployments", NAMESPACE)
+        runtimes = self.listing("clustertrainingruntimes")
+        for listed in (deployments, runtimes):
+            if not kubeapi.wait_for(self.api(), listed, lambda found: not found, max(1.0, deadline - time.monotonic())):
+                left = [d["metadata"]["name"] for d in kubeapi.items(self.api(), deployments)]
                 raise SuiteFailure(f"the release's objects are still there after the Application was deleted: "
-                                   f"Deployments {left}, {len(runtimes)} ClusterTrainingRuntimes")
-            time.sleep(2)
+                                   f"Deployments {left}, {len(kubeapi.items(self.api(), runtimes))} "
+                                   f"ClusterTrainingRuntimes")
         crds = [o["metadata"]["name"] for o in self.suite.rendered if o.get("kind") == "CustomResourceDefinition"]
-        have = {c["metadata"]["name"] for c in self.kube.kubectl_json("get", "crds")["items"]}
+        have = {c["metadata"]["name"] for c in kubeapi.items(self.api(), self.crds())}
         gone = [c for c in crds if c not in have]
         if gone:
             raise SuiteFailure(f"deleting the Application deleted CRDs: {', '.join(gone)}")
-        after = {t["metadata"]["name"] for t in self.kube.kubectl_json("get", "trainjobs", "-n", SMOKE_NS)["items"]}
+        after = self.trainjob_names()
         if before - after:
             raise SuiteFailure(f"TrainJobs gone after deleting the Application: {', '.join(sorted(before - after))}")
         return (f"Deployments and ClusterTrainingRuntimes removed; {len(crds)} CRDs kept; TrainJobs kept: "

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from .. import helm, kubeapi, paths, progress, tools
+from .. import helm, kubeapi, paths, progress, tools, yamlio
 from .. import lock as lockmod
 from ..cluster.local import FAIL_LABEL
 from ..errors import UserError, output_line
@@ -221,8 +221,7 @@ def render(env: str, lock: lockmod.Lock, include_crds: bool = True, data_cache: 
     if include_crds:
         args.append("--include-crds")
     result = helm.run(args, lock=lock)
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # the CRDs are megabytes: libyaml when present
-    return [d for d in yaml.load_all(result.stdout, Loader=loader) if isinstance(d, dict) and d]
+    return [d for d in yamlio.load_all(result.stdout) if isinstance(d, dict) and d]
 
 
 def golden_runtimes(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -342,15 +341,16 @@ class Suite:
             ),
         ]
 
-    def run(self) -> None:
-        """All steps; raises SuiteFailure (after marking the rest 'not run') at the first failure."""
-        planned = self.plan()
+    def run(self, planned: list[tuple[str, Callable[[], str | None]]] | None = None, hint: str = "") -> None:
+        """All steps (of PLANNED, default this suite's plan); raises SuiteFailure (after marking the
+        rest 'not run') at the first failure, with the step's hint or else HINT."""
+        planned = self.plan() if planned is None else planned
         for i, (name, fn) in enumerate(planned):
             try:
                 self.step(name, fn)
             except UserError as err:
                 self.steps += [Step(n) for n, _ in planned[i + 1 :]]
-                raise SuiteFailure(f"{name}: {err.message}", err.hint) from None
+                raise SuiteFailure(f"{name}: {err.message}", err.hint or hint) from None
 
     # -- steps ------------------------------------------------------------------------------
     def render_chart(self) -> str:
@@ -439,13 +439,13 @@ class Suite:
             if time.monotonic() > deadline:
                 raise SuiteFailure(f"webhooks do not answer a dry-run TrainJob: {_said(result.stderr)}")
             time.sleep(0.5)
-        deploys = self.kube.kubectl_json("get", "deployments", "-n", NAMESPACE)["items"]
+        deploys = self.read("deployments", NAMESPACE)
         return f"{len(deploys)} Deployments Available; TrainJob dry run admitted by the webhooks"
 
     def runtimes_installed(self) -> str:
         wanted = {r["metadata"]["name"]: r for r in golden_runtimes(self.rendered)}
         selector = f"{PART_OF[0]}={PART_OF[1]}"
-        items = self.kube.kubectl_json("get", "clustertrainingruntimes", "-l", selector)["items"]
+        items = self.read("clustertrainingruntimes", label_selector=selector)
         have = {r["metadata"]["name"]: r for r in items}
         missing = sorted(set(wanted) - set(have))
         if missing:
@@ -464,7 +464,7 @@ class Suite:
         for kind, resource in zip(
             kinds, ("validatingadmissionpolicies", "validatingadmissionpolicybindings"), strict=False
         ):
-            for item in self.kube.kubectl_json("get", resource)["items"]:
+            for item in self.read(resource):
                 have.add((kind, item["metadata"]["name"]))
         missing = [f"{k}/{n}" for k, n in rendered if (k, n) not in have]
         if missing:
@@ -505,7 +505,7 @@ class Suite:
         # the controller makes the StatefulSet, whose controller makes the pod: watch for the pod
         found = kubeapi.wait_for(self.api(), kubeapi.pods(self.api()), lambda pods: pods, timeout=60,
                                  namespace=SMOKE_NS, label_selector=selector) or {}
-        sets = self.kube.kubectl_json("get", "statefulsets", "-n", SMOKE_NS, "-l", selector)["items"]
+        sets = self.read("statefulsets", SMOKE_NS, label_selector=selector)
         if not (sets and found):
             raise SuiteFailure(
                 f"LeaderWorkerSet {name}: {len(sets)} StatefulSet(s), {len(found)} pod(s) after 60s: "
@@ -564,11 +564,11 @@ class Suite:
         name = realnode.client(self.provider.kubeconfig).train(
             runtime=args.runtime, initializer=initializer, trainer=trainer, options=options or None)
         self.wait_trainjobs({name: "Complete"}, timeout=self.provider.job_timeout)
-        nodes = {n["metadata"]["name"]: n for n in self.kube.kubectl_json("get", "nodes")["items"]}
-        pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")
+        nodes = {n["metadata"]["name"]: n for n in self.read("nodes")}
+        pods = self.read("pods", SMOKE_NS, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
         jobs = sorted({(p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name", "?")
-                       for p in pods["items"]})
-        off_gpu = [p["metadata"]["name"] for p in pods["items"]
+                       for p in pods})
+        off_gpu = [p["metadata"]["name"] for p in pods
                    if not any("gpu" in k for k in (nodes.get(p["spec"].get("nodeName") or "", {})
                                                    .get("status", {}).get("capacity") or {}))]
         if off_gpu:
@@ -623,9 +623,11 @@ class Suite:
 
     def api(self) -> Any:
         """The kubernetes client for this suite's cluster (made once; the kubeconfig of self.kube)."""
-        if getattr(self, "_api", None) is None:
-            self._api = kubeapi.client(self.kube.kubeconfig, getattr(self.kube, "context", None))
-        return self._api
+        return kubeapi.for_kube(self.kube)
+
+    def read(self, plural: str, namespace: str | None = None, **selectors: Any) -> list[dict[str, Any]]:
+        """One read of PLURAL (a resource of kubeapi.API_VERSIONS) through the kubernetes client."""
+        return kubeapi.items(self.api(), kubeapi.resource(self.api(), plural, namespace), **selectors)
 
     def wait_trainjobs(self, expected: dict[str, str], timeout: float) -> dict[str, dict]:
         """Until each named TrainJob has its expected terminal condition; fails on the other one or on timeout.
@@ -653,12 +655,12 @@ class Suite:
         )
 
     def why_pending(self, name: str) -> str:
-        pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")
-        if not pods["items"]:
-            jobsets = self.kube.kubectl("get", "jobset", name, "-n", SMOKE_NS, check=False)
-            return "no pods" + ("" if jobsets.returncode == 0 else ", no JobSet")
+        pods = self.read("pods", SMOKE_NS, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
+        if not pods:
+            jobsets = self.read("jobsets", SMOKE_NS, field_selector=f"metadata.name={name}")
+            return "no pods" + ("" if jobsets else ", no JobSet")
         phases: dict[str, int] = {}
-        for pod in pods["items"]:
+        for pod in pods:
             phase = pod.get("status", {}).get("phase", "?")
             for cond in pod.get("status", {}).get("conditions", []):
                 if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
@@ -667,8 +669,8 @@ class Suite:
         return ", ".join(f"{n} pod(s) {p}" for p, n in phases.items())
 
     def check_jobsets(self) -> str:
-        jobsets = {j["metadata"]["name"]: j for j in self.kube.kubectl_json("get", "jobsets", "-n", SMOKE_NS)["items"]}
-        jobs = self.kube.kubectl_json("get", "jobs", "-n", SMOKE_NS)["items"]
+        jobsets = {j["metadata"]["name"]: j for j in self.read("jobsets", SMOKE_NS)}
+        jobs = self.read("jobs", SMOKE_NS)
         total = 0
         for job in self.jobs:
             jobset = jobsets.get(job.name)
@@ -688,7 +690,7 @@ class Suite:
         return f"{len(self.jobs)} JobSets owned by their TrainJobs, {total} Jobs"
 
     def check_env(self) -> str:
-        pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS)["items"]
+        pods = self.read("pods", SMOKE_NS)
         checked = 0
         for job in self.jobs:
             want = expected_env(job)
@@ -723,14 +725,14 @@ class Suite:
             if "torch" in ml_policies(job.runtime) and len(carriers) != job.num_nodes:
                 raise SuiteFailure(f"TrainJob {job.name}: {len(carriers)} torch pods, expected {job.num_nodes}")
             if "mpi" in ml_policies(job.runtime):
-                for kind, suffix in (("configmap", "-mpi-hostfile"), ("secret", "-mpi-ssh-auth")):
-                    if self.kube.kubectl("get", kind, job.name + suffix, "-n", SMOKE_NS, check=False).returncode:
+                for kind, suffix in (("configmaps", "-mpi-hostfile"), ("secrets", "-mpi-ssh-auth")):
+                    if not self.read(kind, SMOKE_NS, field_selector=f"metadata.name={job.name + suffix}"):
                         raise SuiteFailure(f"TrainJob {job.name}: no {kind} {job.name + suffix}")
         return f"{checked} containers carry their framework's env"
 
     def check_placement(self) -> str:
-        nodes = {n["metadata"]["name"]: n for n in self.kube.kubectl_json("get", "nodes")["items"]}
-        pods = self.kube.kubectl_json("get", "pods", "-n", SMOKE_NS)["items"]
+        nodes = {n["metadata"]["name"]: n for n in self.read("nodes")}
+        pods = self.read("pods", SMOKE_NS)
         counts = {"gpu": 0, "cpu": 0}
         for job in self.jobs:
             mine = [
@@ -860,7 +862,7 @@ class Suite:
         return f"TrainJob fails ended Failed ({how}): {message[:160]}"
 
     def uninstall(self) -> str:
-        before = {t["metadata"]["name"] for t in self.kube.kubectl_json("get", "trainjobs", "-n", SMOKE_NS)["items"]}
+        before = {t["metadata"]["name"] for t in self.read("trainjobs", SMOKE_NS)}
         result = subprocess.run(
             self.helm_cmd("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "120s"),
             capture_output=True,
@@ -874,14 +876,14 @@ class Suite:
         self.installed = False
         self.provider.after_uninstall(self)
         crds = [o["metadata"]["name"] for o in self.rendered if o.get("kind") == "CustomResourceDefinition"]
-        have = {c["metadata"]["name"] for c in self.kube.kubectl_json("get", "crds")["items"]}
+        have = {c["metadata"]["name"] for c in self.read("customresourcedefinitions")}
         gone = [c for c in crds if c not in have and c.endswith(GROUP)]
         if gone:
             raise SuiteFailure(f"helm uninstall deleted CRDs: {', '.join(gone)}")
-        after = {t["metadata"]["name"] for t in self.kube.kubectl_json("get", "trainjobs", "-n", SMOKE_NS)["items"]}
+        after = {t["metadata"]["name"] for t in self.read("trainjobs", SMOKE_NS)}
         if before - after:
             raise SuiteFailure(f"TrainJobs gone after helm uninstall: {', '.join(sorted(before - after))}")
-        left = [d["metadata"]["name"] for d in self.kube.kubectl_json("get", "deployments", "-n", NAMESPACE)["items"]]
+        left = [d["metadata"]["name"] for d in self.read("deployments", NAMESPACE)]
         if left:
             raise SuiteFailure(f"Deployments left after helm uninstall: {', '.join(left)}")
         kept = sum(1 for c in crds if c in have)

@@ -23,13 +23,15 @@ Job, the JobSet and the TrainJob end Complete and Kueue gives the quota back.
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .. import paths
+from .. import kubeapi, paths
 from ..cluster.local import FAIL_LABEL
 from ..errors import UserError
 from . import suite as suitemod
@@ -42,6 +44,7 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 TEAM_LABEL = "trainstack.io/team"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 HOLD_DELAY = "3600s"
+KUEUE_GROUP = "kueue.x-k8s.io"
 OVERRIDES = {
     "kueue": {"install": True},
     # team-b lends two GPUs; team-a may borrow one: the cohort keeps one idle GPU team-a may not take
@@ -113,8 +116,32 @@ def release(kube: Any, namespace: str, name: str) -> None:
     kube.kubectl("label", "pods", "-n", namespace, "-l", f"{JOBSET_NAME_LABEL}={name}", f"{FAIL_LABEL}-")
 
 
+# -- reads (the kubernetes client); wait_until watches what its check read ----------------------------
+
+_reads = threading.local()  # while wait_until runs a check: the lists it read, to watch them
+
+
+def _list(kube: Any, what: str, list_call: Callable[[Any], Callable[..., Any]], **selectors: Any
+          ) -> list[dict[str, Any]]:
+    """One list (LIST_CALL(api) with SELECTORS) of KUBE's cluster, noted for wait_until's watches under WHAT."""
+    api = kubeapi.for_kube(kube)
+    call = list_call(api)
+    seen = getattr(_reads, "seen", None)
+    if seen is not None:
+        seen[(id(api), what, tuple(sorted(selectors.items())))] = (api, call, selectors)
+    return kubeapi.items(api, call, **selectors)
+
+
+def _kueue(plural: str, namespace: str | None = None) -> Callable[[Any], Callable[..., Any]]:
+    return lambda api: kubeapi.custom_objects(api, KUEUE_GROUP, kubeapi.preferred_version(api, KUEUE_GROUP), plural, namespace)
+
+
 def trainjob(kube: Any, namespace: str, name: str) -> dict[str, Any]:
-    return kube.kubectl_json("get", "trainjobs.trainer.kubeflow.org", name, "-n", namespace)
+    found = _list(kube, f"trainjobs/{namespace}", lambda api: kubeapi.resource(api, "trainjobs", namespace),
+                  field_selector=f"metadata.name={name}")
+    if not found:
+        raise UserError(f"no TrainJob {namespace}/{name}")
+    return found[0]
 
 
 def conditions(obj: dict[str, Any]) -> dict[str, str]:
@@ -123,7 +150,7 @@ def conditions(obj: dict[str, Any]) -> dict[str, str]:
 
 def workload(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
     """Kueue's Workload of TrainJob `name` (by owner reference), or None."""
-    for item in kube.kubectl_json("get", "workloads.kueue.x-k8s.io", "-n", namespace)["items"]:
+    for item in _list(kube, f"workloads/{namespace}", _kueue("workloads", namespace)):
         if any(ref.get("kind") == "TrainJob" and ref.get("name") == name
                for ref in item["metadata"].get("ownerReferences") or []):
             return item
@@ -131,7 +158,7 @@ def workload(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
 
 
 def pods(kube: Any, namespace: str, name: str) -> list[dict[str, Any]]:
-    return kube.kubectl_json("get", "pods", "-n", namespace, "-l", f"{JOBSET_NAME_LABEL}={name}")["items"]
+    return _list(kube, "pods", kubeapi.pods, namespace=namespace, label_selector=f"{JOBSET_NAME_LABEL}={name}")
 
 
 def state(kube: Any, namespace: str, name: str) -> dict[str, Any]:
@@ -154,21 +181,41 @@ def state(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     }
 
 
-def wait_until(check, what: str, timeout: float = 90, interval: float = 1.0) -> Any:
-    """Poll `check()` until it returns something true; a UserError with the last value after `timeout`."""
+def wait_until(check: Callable[[], Any], what: str, timeout: float = 90, interval: float = 1.0) -> Any:
+    """Run `check()` until it returns something true; a UserError with the last value after `timeout`.
+
+    The lists `check` read through this module (TrainJobs, Workloads, pods, ClusterQueues) are watched and
+    `check` runs again when one of them changes (at least every 5s); a check that read nothing here is
+    run again every `interval` seconds."""
     deadline = time.monotonic() + timeout
     value = None
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(interval)
+    with kubeapi.Changes(timeout) as changes:
+        while True:
+            _reads.seen = {}
+            try:
+                value = check()
+            finally:
+                seen, _reads.seen = _reads.seen, None
+            if value:
+                return value
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            for key, (api, call, selectors) in seen.items():
+                changes.watch(key, api, call, **selectors)
+            if changes.watched:
+                changes.changed(min(remaining, 5.0))
+            else:
+                time.sleep(min(interval, remaining))
     raise UserError(f"not within {timeout:.0f}s: {what} (last: {json.dumps(value, default=str)[:600]})")
 
 
 def gpu_usage(kube: Any, cluster_queue: str) -> dict[str, int]:
     """ClusterQueue `cluster_queue`'s admitted GPUs: {"total": n, "borrowed": m} (Kueue's status)."""
-    status = kube.kubectl_json("get", "clusterqueues.kueue.x-k8s.io", cluster_queue).get("status") or {}
+    found = _list(kube, "clusterqueues", _kueue("clusterqueues"), field_selector=f"metadata.name={cluster_queue}")
+    if not found:
+        raise UserError(f"no ClusterQueue {cluster_queue}")
+    status = found[0].get("status") or {}
     total = borrowed = 0
     for flavor in status.get("flavorsUsage") or []:
         for res in flavor.get("resources") or []:

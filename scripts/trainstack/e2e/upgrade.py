@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from .. import helm, paths, release, tools
+from .. import helm, kubeapi, paths, release, tools
 from .. import lock as lockmod
 from ..errors import UserError, output_line
 
@@ -51,6 +51,7 @@ GROUP = "trainer.kubeflow.org"
 PART_OF = ("app.kubernetes.io/part-of", "trainstack")
 LABEL = "trainstack.io/e2e"
 TERMINAL = ("Complete", "Failed")
+WEBHOOK_KINDS = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
 
 
 # -- the old tree ---------------------------------------------------------------------------------
@@ -137,12 +138,16 @@ def _key(obj: dict[str, Any]) -> str:
 
 
 def snapshot(kube: Any) -> Snapshot:
-    trainjobs = {_key(t): terminal(t) for t in kube.kubectl_json("get", "trainjobs", "-A")["items"]}
-    jobsets = {_key(j) for j in kube.kubectl_json("get", "jobsets", "-A")["items"]}
-    runtimes = {f"ClusterTrainingRuntime/{_key(r)}" for r in kube.kubectl_json("get", "clustertrainingruntimes")["items"]}
-    runtimes |= {f"TrainingRuntime/{_key(r)}" for r in kube.kubectl_json("get", "trainingruntimes", "-A")["items"]}
-    crds = {c["metadata"]["name"]: c["metadata"].get("resourceVersion", "")
-            for c in kube.kubectl_json("get", "crds")["items"]}
+    api = kubeapi.for_kube(kube)
+
+    def listed(plural: str) -> list[dict[str, Any]]:
+        return kubeapi.items(api, kubeapi.resource(api, plural))
+
+    trainjobs = {_key(t): terminal(t) for t in listed("trainjobs")}
+    jobsets = {_key(j) for j in listed("jobsets")}
+    runtimes = {f"ClusterTrainingRuntime/{_key(r)}" for r in listed("clustertrainingruntimes")}
+    runtimes |= {f"TrainingRuntime/{_key(r)}" for r in listed("trainingruntimes")}
+    crds = {c["metadata"]["name"]: c["metadata"].get("resourceVersion", "") for c in listed("customresourcedefinitions")}
     return Snapshot(trainjobs, jobsets, runtimes, crds)
 
 
@@ -307,9 +312,14 @@ class UpgradeTest:
             return []
         return rendermod.value_args(self.env, root=tree)
 
+    def api(self) -> Any:
+        """The kubernetes client for the reads, watches and waits (the user's commands stay kubectl/helm)."""
+        return kubeapi.for_kube(self.kube)
+
     def torch_runtime(self) -> str:
         key, value = PART_OF
-        items = self.kube.kubectl_json("get", "clustertrainingruntimes", "-l", f"{key}={value}")["items"]
+        api = self.api()
+        items = kubeapi.items(api, kubeapi.resource(api, "clustertrainingruntimes"), label_selector=f"{key}={value}")
         fits = [r for r in items if "torch" in ((r.get("spec") or {}).get("mlPolicy") or {})
                 and (r["metadata"].get("labels") or {}).get("trainstack.io/accelerator", "cpu") == "cpu"
                 and len(r["spec"]["template"]["spec"]["replicatedJobs"]) == 1]
@@ -346,16 +356,15 @@ class UpgradeTest:
                               "-p", '{"spec":{"suspend":false}}')
 
     def wait_terminal(self, names: list[str], timeout: float) -> dict[str, str]:
-        deadline = time.monotonic() + timeout
-        while True:
-            items = {t["metadata"]["name"]: terminal(t)[0]
-                     for t in self.kube.kubectl_json("get", "trainjobs", "-n", JOBS_NS)["items"]}
+        """Until each TrainJob NAMES is Complete or Failed (watching); their end states."""
+        api = self.api()
+        items: dict[str, str] = {}
+        for objects in kubeapi.snapshots(api, kubeapi.resource(api, "trainjobs", JOBS_NS), timeout=timeout):
+            items = {name: terminal(t)[0] for name, t in objects.items()}
             if all(items.get(n) for n in names):
                 return {n: items[n] for n in names}
-            if time.monotonic() > deadline:
-                late = [n for n in names if not items.get(n)]
-                raise UserError(f"TrainJobs not finished within {timeout:.0f}s: {', '.join(late)}")
-            time.sleep(1)
+        late = [n for n in names if not items.get(n)]
+        raise UserError(f"TrainJobs not finished within {timeout:.0f}s: {', '.join(late)}")
 
     # -- steps ------------------------------------------------------------------------------------
     def install_old(self, binary: str, old_chart: Path, old_root: Path) -> str:
@@ -388,14 +397,13 @@ class UpgradeTest:
 
     def wait_jobsets(self, names: list[str], timeout: float = 60) -> None:
         """Until each TrainJob has its JobSet (the Trainer controller reconciled it)."""
-        deadline = time.monotonic() + timeout
-        while True:
-            have = {j["metadata"]["name"] for j in self.kube.kubectl_json("get", "jobsets", "-n", JOBS_NS)["items"]}
+        api = self.api()
+        have: set[str] = set()
+        for objects in kubeapi.snapshots(api, kubeapi.resource(api, "jobsets", JOBS_NS), timeout=timeout):
+            have = set(objects)
             if set(names) <= have:
                 return
-            if time.monotonic() > deadline:
-                raise UserError(f"no JobSet within {timeout:.0f}s for: {', '.join(sorted(set(names) - have))}")
-            time.sleep(0.5)
+        raise UserError(f"no JobSet within {timeout:.0f}s for: {', '.join(sorted(set(names) - have))}")
 
     def apply_crds(self, chart_dir: Path) -> str:
         """The documented CRD step: server-side apply of every CRD the new chart installs with these values."""
@@ -426,7 +434,10 @@ class UpgradeTest:
         return f"{len(docs)} CRDs of the old chart applied server-side"
 
     def _schema_matches(self, doc: dict[str, Any]) -> bool:
-        live = self.kube.kubectl_json("get", "crd", doc["metadata"]["name"])
+        api = self.api()
+        live = kubeapi.named(api, kubeapi.resource(api, "customresourcedefinitions"), doc["metadata"]["name"])
+        if live is None:
+            return False
         want = {v["name"]: v.get("schema") for v in doc["spec"]["versions"]}
         have = {v["name"]: v.get("schema") for v in live["spec"]["versions"]}
         return all(json.dumps(have.get(k), sort_keys=True) == json.dumps(v, sort_keys=True) for k, v in want.items())
@@ -581,12 +592,20 @@ class LocalAdapter:
         if verb == "install" or self.provider.controllers is None:
             self.provider.while_installing(self.suite, proc)
             return
+        # helm writes the Services and webhook configurations while it runs: watch them and re-point on a
+        # change (the first list of each watch counts as one); the 0.2s tick only looks at helm's process
+        api = kubeapi.for_kube(self.provider.cluster)
         deadline = time.monotonic() + 600
-        while proc.poll() is None and time.monotonic() < deadline:
-            if self.diverged():
-                self.provider.controllers.point_webhooks_here()
-                self.repointed += 1
-            time.sleep(0.2)
+        with kubeapi.Changes(600) as changes:
+            from kubernetes import client as k8s
+
+            changes.watch("services", api, k8s.CoreV1Api(api).list_namespaced_service, namespace=NAMESPACE)
+            for kind in WEBHOOK_KINDS:
+                changes.watch(kind, api, kubeapi.resource(api, kind))
+            while proc.poll() is None and time.monotonic() < deadline:
+                if changes.changed(0.2) and self.diverged():
+                    self.provider.controllers.point_webhooks_here()
+                    self.repointed += 1
         if self.diverged():
             self.provider.controllers.point_webhooks_here()
             self.repointed += 1
@@ -613,27 +632,30 @@ class LocalAdapter:
                                 "-p", json.dumps({"metadata": {"managedFields": kept or [{}]}}))
 
     def diverged(self) -> bool:
+        from kubernetes import client as k8s
+        from kubernetes.client.exceptions import ApiException
+        from urllib3.exceptions import HTTPError
+
         ctls = self.provider.controllers
         cluster = self.provider.cluster
-        result = cluster.kubectl("get", "services", "-n", NAMESPACE, "-o", "json", check=False)
-        if result.returncode:
+        api = kubeapi.for_kube(cluster)
+        try:
+            services = {s["metadata"]["name"]: s for s in kubeapi.items(
+                api, k8s.CoreV1Api(api).list_namespaced_service, namespace=NAMESPACE)}
+            configs = [c for kind in WEBHOOK_KINDS for c in kubeapi.items(api, kubeapi.resource(api, kind))]
+        except (ApiException, HTTPError):  # the API server busy or away: look again on the next change
             return False
-        services = {s["metadata"]["name"]: s for s in json.loads(result.stdout)["items"]}
         ports = {name: ctl.webhook_port for ctl in ctls.controllers for name in ctl.services}
         if any((services.get(n, {}).get("spec") or {}).get("type") != "ExternalName" for n in ports):
             return True
         bundle = cluster.ca_bundle()
-        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-            result = cluster.kubectl("get", kind, "-o", "json", check=False)
-            if result.returncode:
-                return False
-            for config in json.loads(result.stdout)["items"]:
-                for hook in config.get("webhooks") or []:
-                    client = hook.get("clientConfig") or {}
-                    ref = client.get("service") or {}
-                    if ref.get("namespace") == NAMESPACE and ref.get("name") in ports and (
-                            ref.get("port") != ports[ref["name"]] or client.get("caBundle") != bundle):
-                        return True
+        for config in configs:
+            for hook in config.get("webhooks") or []:
+                client = hook.get("clientConfig") or {}
+                ref = client.get("service") or {}
+                if ref.get("namespace") == NAMESPACE and ref.get("name") in ports and (
+                        ref.get("port") != ports[ref["name"]] or client.get("caBundle") != bundle):
+                    return True
         return False
 
     def after_uninstall(self) -> None:

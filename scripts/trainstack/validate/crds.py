@@ -22,9 +22,7 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .. import chartpack, deps, paths, tools
+from .. import chartpack, deps, paths, tools, yamlio
 from .. import lock as lockmod
 from ..errors import UserError
 from . import formats
@@ -119,7 +117,7 @@ def verify_zip(zip_path: Path, label: str, expected: str) -> None:
 
 
 def _crd_docs(text: str) -> list[dict]:
-    return [d for d in yaml.load_all(text, Loader=yaml.CSafeLoader)
+    return [d for d in yamlio.load_all(text)
             if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
 
 
