@@ -153,9 +153,9 @@ _CLIENTS: dict[tuple[str, int, str | None], Any] = {}
 def for_kube(kube: Any) -> Any:
     """The ApiClient for what a LocalCluster or a Kubectl talks to (its kubeconfig and context), made
     once per kubeconfig file as written (a cluster started again at the same path gets a new one)."""
-    path = Path(kube.kubeconfig)
+    path = Path(kube.kubeconfig) if kube.kubeconfig else None  # None: KUBECONFIG or ~/.kube/config
     context = getattr(kube, "context", None)
-    key = (str(path), path.stat().st_mtime_ns if path.exists() else 0, context)
+    key = (str(path), path.stat().st_mtime_ns if path and path.exists() else 0, context)
     if key not in _CLIENTS:
         _CLIENTS[key] = client(path, context)
     return _CLIENTS[key]
@@ -183,6 +183,7 @@ def named(api: Any, list_call: Callable[..., Any], name: str, **selectors: Any) 
 # API server's preferred one (preferred_version): it moved between the versions trainstack supports.
 API_VERSIONS = {
     "pods": "v1", "nodes": "v1", "configmaps": "v1", "secrets": "v1", "namespaces": "v1", "services": "v1",
+    "serviceaccounts": "v1", "persistentvolumeclaims": "v1",
     "deployments": "apps/v1", "statefulsets": "apps/v1", "jobs": "batch/v1",
     "customresourcedefinitions": "apiextensions.k8s.io/v1",
     "validatingadmissionpolicies": "admissionregistration.k8s.io/v1",
