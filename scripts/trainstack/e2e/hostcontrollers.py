@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from .. import tools
+from .. import kubeapi, tools
 from ..cluster.local import LocalCluster, free_port, pid_alive, port_is_free, stop_pids
 from ..errors import UserError
 
@@ -155,9 +155,9 @@ def _config_from_configmap(
             if "configMap" not in volume:
                 continue
             key = mount.get("subPath") or config_path[len(path.rstrip("/")) + 1 :]
-            cm = cluster.kubectl_json(
-                "get", "configmap", volume["configMap"]["name"], "-n", deploy["metadata"]["namespace"]
-            )
+            api = kubeapi.for_kube(cluster)
+            cm = kubeapi.named(api, kubeapi.resource(api, "configmaps", deploy["metadata"]["namespace"]),
+                               volume["configMap"]["name"]) or {}
             text = (cm.get("data") or {}).get(key)
             if text is None:
                 raise UserError(
@@ -172,7 +172,8 @@ def discover(cluster: LocalCluster, namespace: str, workdir: Path) -> list[HostC
     """The controller Deployments the chart installed in `namespace`, matched to pinned binaries by image."""
     images = {name: cluster.lock.image(name) for name in CONTROLLER_IMAGES}
     found = []
-    for deploy in cluster.kubectl_json("get", "deployments", "-n", namespace).get("items", []):
+    api = kubeapi.for_kube(cluster)
+    for deploy in kubeapi.items(api, kubeapi.resource(api, "deployments", namespace)):
         spec = deploy["spec"]["template"]["spec"]
         for container in spec.get("containers", []):
             repo = container.get("image", "").split("@")[0].rsplit(":", 1)[0]
@@ -248,10 +249,8 @@ class HostControllers:
     def point_webhooks_here(self) -> list[str]:
         """ExternalName Services and webhook port + caBundle patches; returns what was changed."""
         changed = []
-        services = {
-            s["metadata"]["name"]: s
-            for s in self.cluster.kubectl_json("get", "services", "-n", self.namespace).get("items", [])
-        }
+        api = kubeapi.for_kube(self.cluster)
+        services = {s["metadata"]["name"]: s for s in kubeapi.items(api, kubeapi.resource(api, "services", self.namespace))}
         owner: dict[str, HostController] = {}
         for name, svc in services.items():
             selector = (svc.get("spec") or {}).get("selector") or {}
@@ -260,7 +259,7 @@ class HostControllers:
                     owner[name] = ctl
         bundle = self.cluster.ca_bundle()
         for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-            for config in self.cluster.kubectl_json("get", kind).get("items", []):
+            for config in kubeapi.items(api, kubeapi.resource(api, kind)):
                 ops = []
                 for i, hook in enumerate(config.get("webhooks") or []):
                     ref = (hook.get("clientConfig") or {}).get("service") or {}
@@ -401,7 +400,8 @@ class HostControllers:
 
     def mark_pods_ready(self) -> int:
         marked = 0
-        pods = self.cluster.kubectl_json("get", "pods", "-n", self.namespace).get("items", [])
+        api = kubeapi.for_kube(self.cluster)
+        pods = kubeapi.items(api, kubeapi.resource(api, "pods", self.namespace))
         for ctl in self.controllers:
             if ctl.process is None or ctl.process.poll() is not None or not ctl.readyz():
                 continue

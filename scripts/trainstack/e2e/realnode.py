@@ -89,7 +89,8 @@ def submit(kubeconfig: Path, train_args: list[str], cpu: str = "500m", memory: s
 
 
 def pods_of(kube: Any, name: str) -> list[dict[str, Any]]:
-    return kube.kubectl_json("get", "pods", "-n", SMOKE_NS, "-l", f"jobset.sigs.k8s.io/jobset-name={name}")["items"]
+    api = kubeapi.for_kube(kube)
+    return kubeapi.items(api, kubeapi.resource(api, "pods", SMOKE_NS), label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
 
 
 def train_with_sdk(kube: Any, kubeconfig: Path, node_name: str, timeout: int = 300) -> dict[str, Any]:
@@ -124,7 +125,8 @@ def train_with_sdk(kube: Any, kubeconfig: Path, node_name: str, timeout: int = 3
 
 def claims_of(kube: Any, name: str) -> list[str]:
     """PVCs JobSet made for this TrainJob's output volume (volumeClaimPolicies: named <volume>-<jobset>)."""
-    items = kube.kubectl_json("get", "pvc", "-n", SMOKE_NS)["items"]
+    api = kubeapi.for_kube(kube)
+    items = kubeapi.items(api, kubeapi.resource(api, "persistentvolumeclaims", SMOKE_NS))
     return sorted(c["metadata"]["name"] for c in items if c["metadata"]["name"].endswith(f"-{name}"))
 
 

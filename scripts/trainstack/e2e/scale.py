@@ -469,7 +469,7 @@ class Bench:
     def scale_nodes(self, gpu_nodes: int) -> dict[str, int]:
         """The GPU pool at `gpu_nodes` nodes of 8 GPUs (sized for 8 one-GPU pods), the CPU pool at a quarter."""
         cpu_nodes = max(2, gpu_nodes // 4)
-        existing = {n["metadata"]["name"]: n for n in self.cluster.kubectl_json("get", "nodes")["items"]}
+        existing = {n["metadata"]["name"]: n for n in kubeapi.items(self.api, kubeapi.resource(self.api, "nodes"))}
         pools = []
         create, delete = [], []
         for pool in self.cluster.pools:
@@ -522,20 +522,16 @@ class Bench:
 
     def namespace(self, name: str) -> None:
         self.cluster.kubectl("create", "namespace", name)
-        deadline = time.monotonic() + 30
-        while self.cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode != 0:
-            if time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-            time.sleep(0.2)
+        # pods need the namespace's default ServiceAccount, which its controller adds: watch for it
+        kubeapi.wait_for(self.api, kubeapi.resource(self.api, "serviceaccounts", name),
+                         lambda accounts: "default" in accounts, 30)
 
     def delete_namespace(self, name: str, timeout: float = 600) -> float:
         start = time.monotonic()
         self.cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-        while self.cluster.kubectl("get", "namespace", name, check=False).returncode == 0:
-            if time.monotonic() - start > timeout:
-                raise UserError(f"namespace {name} not deleted within {timeout:.0f}s")
-            time.sleep(1)
+        if not kubeapi.wait_for(self.api, kubeapi.resource(self.api, "namespaces"), lambda found: name not in found,
+                                timeout, field_selector=f"metadata.name={name}"):
+            raise UserError(f"namespace {name} not deleted within {timeout:.0f}s")
         return round(time.monotonic() - start, 1)
 
     # -- one path ---------------------------------------------------------------------------
