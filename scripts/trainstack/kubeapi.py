@@ -7,6 +7,7 @@ helm stay where the user's own path is the CLI (`helm install`, `kubectl apply -
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -29,7 +30,9 @@ def client(kubeconfig: Path | str | None = None, context: str | None = None, poo
     from urllib3.util.retry import Retry
 
     try:
-        api = config.new_client_from_config(config_file=str(kubeconfig) if kubeconfig else None, context=context)
+        # KUBECONFIG as it is now (the client reads it once, when imported), else ~/.kube/config
+        source = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
+        api = config.new_client_from_config(config_file=source, context=context)
     except (ConfigException, OSError, TypeError) as err:
         where = kubeconfig or "KUBECONFIG / ~/.kube/config"
         raise UserError(f"no usable kube context in {where}: {str(err).splitlines()[0]}",
