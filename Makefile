@@ -61,7 +61,7 @@ test-fast: venv ## the tests that need no built tools
 e2e: setup ## smoke TrainJobs end to end (PROVIDER=local|kind|existing|auto, ENV=dev)
 	$(TS) e2e --provider $(PROVIDER) --env $(ENV)
 
-setup-gitops: setup ## make setup + the gitops tier: Argo CD (built from its module with the pinned Go toolchain; not in make setup: a cold build of about 22 min here)
+setup-gitops: setup ## make setup + the gitops tier: Argo CD (built from its module with the pinned Go toolchain; not in make setup: a cold build of 6 to 22 min here)
 	$(TS) tools install --tier gitops
 
 e2e-gitops: setup-gitops ## the platform synced from git by the real Argo CD on the local cluster's real node

@@ -309,15 +309,35 @@ def test_plugin_commands_render_an_environment_from_a_bare_checkout(chart_ready,
     assert not (repo / "examples").exists() and not (repo / "README.md").exists()
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "ARGOCD_ENV_TRAINSTACK_ENV": "prod", "ARGOCD_APP_NAME": "trainstack-prod-test",
-           "TRAINSTACK_DEPS_SOURCE": "source", "GOPROXY": "off", "GOFLAGS": "-mod=mod"}
+           "TRAINSTACK_DEPS_SOURCE": "source", "GOPROXY": "off", "GOFLAGS": "-mod=mod",
+           "TRAINSTACK_RENDER_CACHE": str(tmp_path / "renders")}
     env.pop("TRAINSTACK_ROOT", None)
     app_dir = repo / "overlays" / "prod"
-    for step in ("init", "generate"):
+
+    def run(step: str) -> subprocess.CompletedProcess:
         result = subprocess.run([*plugin[step]["command"], *plugin[step]["args"]], cwd=app_dir, env=env,
                                 capture_output=True, text=True, timeout=600, check=False)
         assert result.returncode == 0, (step, result.stderr[-3000:])
+        return result
+
+    run("init")
+    first = run("generate")
     assert (repo / "charts" / "trainstack" / "charts" / ".trainstack-deps.json").is_file()
-    assert docs_of(result.stdout) == list(rendered("prod"))
+    assert docs_of(first.stdout) == list(rendered("prod"))
+    # Argo CD asks again for the same commit when the cluster's API list changes: the same bytes,
+    # from the plugin's render cache
+    again = run("generate")
+    assert again.stdout == first.stdout and "reused" in again.stderr
+    # a commit that changes a value is rendered anew
+    values = repo / "overlays" / "prod" / "values.yaml"
+    data = yaml.safe_load(values.read_text())
+    data.setdefault("kubeflow-trainer", {}).setdefault("manager", {})["replicas"] = 3
+    values.write_text(yaml.safe_dump(data, sort_keys=False))
+    changed = run("generate")
+    assert "reused" not in changed.stderr
+    trainer = [d for d in docs_of(changed.stdout) if d["kind"] == "Deployment"
+               and d["metadata"]["name"] == "kubeflow-trainer-controller-manager"]
+    assert [d["spec"]["replicas"] for d in trainer] == [3]
 
 
 # ----------------------------------------------------------------------------- install Component

@@ -203,3 +203,48 @@ def test_gpu_mode_without_a_gpu_is_one_clear_line(torch_ready):
     result = run_cli("smoke", "train", "--gpu")
     assert_one_line_error(result, "--gpu: no CUDA GPU is visible")
 
+
+
+def _dist(root, name: str, version: str, record: str = "x\n") -> None:
+    info = root / f"{name}-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+    (info / "RECORD").write_text(record)
+
+
+def test_environment_key_changes_with_any_installed_package(tmp_path):
+    from trainstack import trainenv
+
+    _dist(tmp_path, "foo", "1.0")
+    key = trainenv._environment_key([str(tmp_path)])
+    assert trainenv._environment_key([str(tmp_path)]) == key
+    _dist(tmp_path, "bar", "2.0")
+    with_bar = trainenv._environment_key([str(tmp_path)])
+    assert with_bar != key
+    _dist(tmp_path, "foo", "1.0", record="x\ny\n")  # reinstalled with other files
+    assert trainenv._environment_key([str(tmp_path)]) not in (key, with_bar)
+
+
+def test_torch_import_check_is_remembered_until_the_environment_changes(tmp_path, monkeypatch):
+    import subprocess
+
+    from trainstack import trainenv
+
+    calls = []
+    result = {"rc": 1}
+
+    def check(python=None):
+        calls.append(1)
+        return subprocess.CompletedProcess([], result["rc"], "", "")
+
+    env_key = {"k": "one"}
+    monkeypatch.setattr(trainenv, "torch_import_check", check)
+    monkeypatch.setattr(trainenv, "_environment_key", lambda path=None: env_key["k"])
+    monkeypatch.setattr(trainenv.sys, "prefix", str(tmp_path))
+    assert trainenv.torch_importable() is False  # a failed import is never remembered
+    assert trainenv.torch_importable() is False and len(calls) == 2
+    result["rc"] = 0
+    assert trainenv.torch_importable() is True and len(calls) == 3
+    assert trainenv.torch_importable() is True and len(calls) == 3  # remembered
+    env_key["k"] = "two"  # a package changed: checked again
+    assert trainenv.torch_importable() is True and len(calls) == 4

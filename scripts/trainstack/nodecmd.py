@@ -1,7 +1,7 @@
 """`trainstack node`: what the local cluster's real node needs from this host.
 
 `trainstack node prereqs` installs the Debian packages the lock pins under `debian` (runc, the
-CNI plugins, iptables, conntrack, mmdebstrap) with apt-get, at exactly those versions, and skips
+CNI plugins, iptables, conntrack, mmdebstrap, zstd) with apt-get, at exactly those versions, and skips
 itself when they are installed; `--check` only reports. `trainstack node status` lists the real
 node's pinned parts (tools, packages) and whether each is there.
 """

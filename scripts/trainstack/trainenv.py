@@ -14,6 +14,7 @@ lower bound is left alone, so calling this from `make setup` costs nothing once 
 
 from __future__ import annotations
 
+import contextlib
 import re
 import subprocess
 import sys
@@ -177,6 +178,37 @@ def torch_import_check(python: str | None = None) -> subprocess.CompletedProcess
     return subprocess.run([python or sys.executable, "-c", code], check=False, capture_output=True, text=True)
 
 
+def _environment_key(path: list[str] | None = None) -> str:
+    """Every distribution installed in this interpreter's environment (or on PATH: name, version,
+    RECORD's size and mtime): a changed, added or removed package changes it."""
+    import hashlib
+
+    rows = []
+    for dist in metadata.distributions(**({"path": path} if path is not None else {})):
+        record = getattr(dist, "_path", None)
+        stat = (Path(record) / "RECORD").stat() if record and (Path(record) / "RECORD").is_file() else None
+        rows.append(f"{dist.metadata['Name']} {dist.version} {stat.st_size if stat else ''} "
+                    f"{stat.st_mtime_ns if stat else ''}")
+    return hashlib.sha256("\n".join([sys.executable, *sorted(rows)]).encode()).hexdigest()
+
+
+def torch_importable() -> bool:
+    """torch imports and trains a step here (torch_import_check, seconds on two cores); remembered in
+    the environment until any of its packages changes, so a warm `make setup` does not pay it again."""
+    stamp = Path(sys.prefix) / ".trainstack-torch-import-ok"
+    key = _environment_key()
+    try:
+        if stamp.read_text() == key:
+            return True
+    except OSError:
+        pass
+    if torch_import_check().returncode != 0:
+        return False
+    with contextlib.suppress(OSError):
+        stamp.write_text(key)
+    return True
+
+
 def _install_torch(specifier: str, profile: str) -> str:
     wheel = _cached_wheel("torch", specifier)
     if wheel is None:
@@ -214,7 +246,7 @@ def ensure(profile: str = "cpu", loaded: lockmod.Lock | None = None) -> list[Row
         have = installed_version(package)
         usable = have is not None and satisfies(have, specifier)
         if usable and package == "torch":
-            usable = torch_import_check().returncode == 0
+            usable = torch_importable()
         if usable:
             rows.append(Row(package, specifier, have or "", "up to date", 0.0))
             continue

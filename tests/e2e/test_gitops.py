@@ -77,6 +77,15 @@ def test_application_synced_and_healthy_through_the_plugin(gitops):
 
 
 @e2e
+def test_the_plugin_renders_a_commit_once_however_often_argo_cd_asks(gitops):
+    """The first sync's CRDs change the cluster's API list, so Argo CD asks the plugin for the same
+    commit again; the plugin's render cache answers from the first render."""
+    passed(gitops, "Application Synced and Healthy (plugin)")
+    runs = gitops.first_sync_generates
+    assert len(runs) >= 2 and runs.count(False) == 1 and not runs[0], runs
+
+
+@e2e
 def test_objects_were_applied_in_sync_wave_order(gitops):
     step = passed(gitops, "sync waves in order")
     # every wave of overlays/base was seen, in order
@@ -177,3 +186,29 @@ def test_gitops_refuses_what_it_cannot_run_in_one_line(args, fragment):
     assert result.returncode == 2
     lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], result.stderr
+
+
+def test_plugin_runs_are_read_from_the_cmp_servers_log(tmp_path):
+    """What the live tests count: GenerateManifest calls, and each `generate` with whether the render
+    cache answered it (a log as argocd-cmp-server v3.6 writes it, one JSON object a line)."""
+    import json
+
+    from trainstack import rendercache
+
+    argocd = gitopsmod.ArgoCD.__new__(gitopsmod.ArgoCD)
+    argocd.dir = tmp_path
+    (tmp_path / "logs").mkdir()
+    generate = {"command": ["sh", "-c"], "args": ["... exec python3 -m trainstack render --env dev ..."]}
+    init = {"command": ["sh", "-c"], "args": ["... python3 -m trainstack deps --charts-only ..."]}
+    lines = [
+        {"command": init, "stderr": "chart dependencies ...", "msg": "Plugin command returned zero output"},
+        {"command": generate, "stderr": "", "msg": "Plugin command successful"},
+        {"grpc.method": "GenerateManifest", "grpc.code": "OK"},
+        {"grpc.method": "GenerateManifest"},  # started, not finished
+        {"command": generate, "stderr": f"{rendercache.REUSED} /tmp/x (key abc)\n"},
+        {"grpc.method": "GenerateManifest", "grpc.code": "OK"},
+    ]
+    (tmp_path / "logs" / "argocd-cmp-server.log").write_text(
+        "\n".join([json.dumps(e) for e in lines] + ["not json"]) + "\n")
+    assert argocd.plugin_generates() == [False, True]
+    assert argocd.plugin_renders() == 2

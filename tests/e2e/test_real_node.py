@@ -120,6 +120,9 @@ def test_images_carry_their_build_key_and_a_second_build_pushes_nothing(sandbox,
     # the pause binary is upstream's pause.c, static, and the image's entrypoint
     config = json.loads(builder.crane_ok("config", first.reference))["config"]
     assert config["Entrypoint"] == ["/pause"] and config["User"] == "65535:65535"
+    # its layers are zstd (containerd unpacks them; every pod sandbox on the real node runs this image)
+    layers = json.loads(builder.crane_ok("manifest", first.reference))["layers"]
+    assert layers and {layer["mediaType"] for layer in layers} == {images.ZSTD_MEDIA_TYPE}
 
 
 def test_e2e_down_cleans_up_after_a_crashed_run():

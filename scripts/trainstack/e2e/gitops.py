@@ -18,8 +18,10 @@ Deployments are not applied: their processes run here), server-side; then the cl
 labelled with the environment, the repository Secret, and `kustomize build overlays/argocd`
 (AppProject, ApplicationSet, plugin ConfigMap).
 
-The real node starts pulling the TrainJobs' image (gigabytes) as soon as it is up, as a pre-pull
-DaemonSet would, so the health step later does not wait for it.
+The TrainJobs from git run the golden CPU torch runtime with the `python` image (Debian and
+python3, tens of megabytes) as their trainer image: what they show is Argo CD's health of a real
+TrainJob, and the torch image's gigabytes (which `make e2e` trains with) would only make the node
+unpack them beside Argo CD's first sync.
 
 The checks (each a step): the ApplicationSet generates the Application for this cluster; it syncs to
 Synced and Healthy through the plugin; the order of the operation's resource results follows the
@@ -49,7 +51,7 @@ from typing import Any
 
 import yaml
 
-from .. import deps, helm, kubeapi, paths, tools, yamlio
+from .. import deps, helm, images, kubeapi, paths, tools, yamlio
 from .. import lock as lockmod
 from ..cluster import sandbox as sandboxmod
 from ..errors import UserError, output_line
@@ -77,7 +79,6 @@ TRAINER_CRDS = ("trainjobs.trainer.kubeflow.org", "trainingruntimes.trainer.kube
 # reconciles" take seconds.
 RECONCILE_S = 5
 REPLICAS_VALUE = ("kubeflow-trainer", "manager", "replicas")
-PULL_NS = "trainstack-e2e-pull"
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -290,19 +291,29 @@ class ArgoCD:
     def log_tail(self, name: str, lines: int = 3) -> str:
         return sandboxmod.log_tail(self.logs_dir / f"{name}.log", lines, width=600)
 
-    def plugin_renders(self) -> int:
-        """How many times the trainstack plugin has generated manifests: the CMP server's finished
-        GenerateManifest calls (its gRPC log, one JSON object a line)."""
+    def cmp_log(self) -> Iterator[dict[str, Any]]:
+        """The CMP server's log entries (one JSON object a line)."""
         log = self.logs_dir / "argocd-cmp-server.log"
-        count = 0
         for line in log.read_text(errors="replace").splitlines() if log.is_file() else []:
             try:
                 entry = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(entry, dict) and entry.get("grpc.method") == "GenerateManifest" and "grpc.code" in entry:
-                count += 1
-        return count
+            if isinstance(entry, dict):
+                yield entry
+
+    def plugin_renders(self) -> int:
+        """How many times the trainstack plugin has generated manifests: the CMP server's finished
+        GenerateManifest calls (its gRPC log)."""
+        return sum(1 for e in self.cmp_log() if e.get("grpc.method") == "GenerateManifest" and "grpc.code" in e)
+
+    def plugin_generates(self) -> list[bool]:
+        """Each run of the plugin's `generate` (trainstack render) so far, in order: whether it printed
+        a stored render (the CMP server logs each plugin command with its stderr)."""
+        from .. import rendercache
+
+        return [rendercache.REUSED in str(e.get("stderr", "")) for e in self.cmp_log()
+                if isinstance(e.get("command"), dict) and "-m trainstack render" in " ".join(e["command"].get("args") or [])]
 
     def logs(self) -> dict[str, Path]:
         return {p.stem: p for p in self.logs_dir.glob("*.log")} if self.logs_dir.is_dir() else {}
@@ -333,6 +344,7 @@ class GitOpsSuite:
     def __init__(self, provider: Any, env: str, run_dir: Path, lock: lockmod.Lock | None = None,
                  keep: bool = False, log: Callable[[str], None] | None = None) -> None:
         self.suite = Suite(provider, env, run_dir, lock=lock, keep=keep, log=log)
+        self.suite.workload_images = ("python",)
         self.env = env
         self.run_dir = run_dir
         self.lock = self.suite.lock
@@ -347,6 +359,8 @@ class GitOpsSuite:
         self.revision = ""
         # plugin renders caused by a commit outside / inside the platform's manifest-generate-paths
         self.renders: dict[str, int] = {}
+        # each plugin generate during the first sync: whether it reused the stored render
+        self.first_sync_generates: list[bool] = []
 
     @property
     def steps(self):
@@ -361,7 +375,6 @@ class GitOpsSuite:
         s = self.suite
         return [
             *s.cluster_steps(", real node"),
-            ("TrainJobs' image pulled ahead on the real node", self.pull_ahead),
             ("git repository served in the cluster's namespace", self.serve_git),
             ("chart published to the cluster's OCI registry", self.publish_chart),
             ("Argo CD CRDs and install component (server-side)", self.install_argocd),
@@ -602,8 +615,12 @@ class GitOpsSuite:
         app = self.wait_app(self.app, lambda a: synced(a) and healthy(a) and op_phase(a) == "Succeeded", 420,
                             "Synced and Healthy")
         self.revision = app["status"]["sync"]["revision"]
+        # Argo CD asks the plugin again for this commit as the sync's CRDs change the API list: the
+        # plugin's render cache answers those from the first render
+        runs = self.first_sync_generates = self.argocd.plugin_generates()
         return (f"Synced at {self.revision[:12]}, Healthy, {len(app['status'].get('resources', []))} resources, "
-                f"in {time.monotonic() - start:.0f}s")
+                f"in {time.monotonic() - start:.0f}s; the plugin generated {len(runs)} times, rendered "
+                f"{runs.count(False)}, reused the render {runs.count(True)}")
 
     def sync_waves(self) -> str:
         app = self.application()
@@ -627,10 +644,14 @@ class GitOpsSuite:
 
     def live_objects(self, results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The objects the operation applied, as they are in the cluster (their wave annotations)."""
-        out = []
         kinds = sorted({(r.get("group", ""), r["kind"]) for r in results})
-        for group, kind in kinds:
-            resource = f"{kind.lower()}{'.' + group if group else ''}"
+        resources = [f"{kind.lower()}{'.' + group if group else ''}" for group, kind in kinds]
+        # one kubectl for every kind (a dozen processes took seconds); kind by kind if one is unknown
+        got = self.kube.kubectl("get", ",".join(resources), "-A", "-o", "json", check=False, timeout=60)
+        if got.returncode == 0:
+            return json.loads(got.stdout)["items"]
+        out = []
+        for resource in resources:
             got = self.kube.kubectl("get", resource, "-A", "-o", "json", check=False, timeout=60)
             if got.returncode == 0:
                 out += json.loads(got.stdout)["items"]
@@ -683,29 +704,16 @@ class GitOpsSuite:
         return next(r for r in suitemod.golden_runtimes(self.suite.rendered)
                     if "torch" in suitemod.ml_policies(r) and not suitemod.is_gpu(r) and len(suitemod.pod_specs(r)) == 1)
 
-    def pull_ahead(self) -> str:
-        """The node pulls the TrainJobs' image while Argo CD syncs, as a pre-pull DaemonSet does for a
-        cluster's nodes: its layers are gigabytes, and a fresh node would pull them when the first
-        TrainJob starts. A pod that runs `true` makes the kubelet pull it; nothing waits for it."""
-        images = sorted({c["image"] for spec in suitemod.pod_specs(self.health_runtime())
-                         for c in spec.get("containers") or []})
-        pods = [{"apiVersion": "v1", "kind": "Pod",
-                 "metadata": {"name": f"pull-{i}", "namespace": PULL_NS},
-                 "spec": {"restartPolicy": "Never", "terminationGracePeriodSeconds": 0,
-                          "containers": [{"name": "pull", "image": image, "command": ["true"],
-                                          "imagePullPolicy": "IfNotPresent"}]}}
-                for i, image in enumerate(images)]
-        self.apply([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PULL_NS}}, *pods])
-        return f"{', '.join(images)}: pulled by the kubelet in the background (pods in {PULL_NS})"
-
     def trainjob_health(self) -> str:
         s = self.suite
         runtime = self.health_runtime()
-        ok = SmokeJob("gitops-ok", runtime, num_nodes=1, labels=s.job_labels)
-        ok.command = ["python", "-c", "import time; time.sleep(8); print('trainstack gitops')"]
+        image = images.reference("python", self.lock)
+        ok = SmokeJob("gitops-ok", runtime, num_nodes=1, labels=s.job_labels, image=image)
+        # runs long enough for Argo CD to record it Progressing after the sync, then Completes
+        ok.command = ["python3", "-c", "import time; time.sleep(5); print('trainstack gitops')"]
         failing_runtime = s.failing_runtime(simulated=False)
-        bad = SmokeJob("gitops-fails", failing_runtime, num_nodes=1, labels=s.job_labels)
-        bad.command = ["python", "-c", "import sys; sys.exit(3)"]
+        bad = SmokeJob("gitops-fails", failing_runtime, num_nodes=1, labels=s.job_labels, image=image)
+        bad.command = ["python3", "-c", "import sys; sys.exit(3)"]
         # the runtime before the TrainJob that names it (the Trainer webhook checks it exists)
         failing_runtime["metadata"]["annotations"] = {"argocd.argoproj.io/sync-wave": "-1"}
         documents = [

@@ -77,6 +77,7 @@ class SmokeJob:
     command: list[str] = field(default_factory=lambda: [
         "python", "-c", "import os; print('trainstack smoke', os.environ.get('HOSTNAME'))"])
     real: bool = False
+    image: str = ""  # the trainer's image instead of the runtime's (spec.trainer.image)
 
     def manifest(self, namespace: str) -> dict[str, Any]:
         job = self._manifest(namespace)
@@ -111,6 +112,7 @@ class SmokeJob:
                 "trainer": {
                     "numNodes": self.num_nodes,
                     "command": list(self.command),
+                    **({"image": self.image} if self.image else {}),
                 },
             },
         }
@@ -284,6 +286,8 @@ class Suite:
         self.job_labels: dict[str, str] = {}
         self.installed = False
         self.extra_values: list[Path] = []
+        # builtImages the suite's workloads run on a real node (beside the node's and controllers')
+        self.workload_images: tuple[str, ...] = ("torch-cpu",)
 
     # -- bookkeeping ------------------------------------------------------------------------
     def step(self, name: str, fn: Callable[[], str | None]) -> None:

@@ -212,7 +212,8 @@ class LocalProvider(Provider):
     def needed_images(self, suite: Any) -> list[str]:
         from ... import images
 
-        wanted = ["pause", "coredns", "trainer-controller-manager", "jobset-controller", "torch-cpu"]
+        wanted = ["pause", "coredns", "trainer-controller-manager", "jobset-controller",
+                  *getattr(suite, "workload_images", ("torch-cpu",))]
         if suite.data_cache:
             wanted.append("lws-controller")
         return [n for n in images.names(self.lock) if n in wanted]
