@@ -42,8 +42,8 @@ from .errors import UserError
 
 KEY_LABEL = "trainstack.io/build-key"
 MIRROR = "localhost:5000"
-# How every layer is compressed (part of each image's build key: a change rebuilds the images).
-LAYER_COMPRESSION = "zstd -3"
+# The zstd level of every layer (part of each image's build key: a change rebuilds the images).
+ZSTD_LEVEL = 3
 ZSTD_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar+zstd"
 PYTHON_SITE = "usr/local/lib/python3.11/dist-packages"
 
@@ -158,9 +158,8 @@ def compress_layer(layer: Path, out: Path) -> Path:
     zstd file as it is, with the zstd layer media type."""
     if not shutil.which("zstd"):
         raise UserError("building the node's images needs zstd", "run 'trainstack node prereqs' (Debian package zstd)")
-    level = LAYER_COMPRESSION.split()[1]
-    result = subprocess.run(["zstd", "-q", "-f", "-T0", level, "-o", str(out), str(layer)], capture_output=True,
-                            text=True)
+    result = subprocess.run(["zstd", "-q", "-f", "-T0", f"-{ZSTD_LEVEL}", "-o", str(out), str(layer)],
+                            capture_output=True, text=True)
     if result.returncode != 0:
         raise UserError(f"zstd could not compress {layer.name}: {(result.stderr or result.stdout).strip()[-300:]}")
     return out
@@ -350,7 +349,7 @@ def recipe(name: str, lock: lockmod.Lock) -> Recipe:
         rec = debian_recipe(name, lock)
     else:
         rec = binary_recipe(name, lock)
-    rec.key = hashlib.sha256(f"{rec.key} layers={LAYER_COMPRESSION}".encode()).hexdigest()
+    rec.key = hashlib.sha256(f"{rec.key} layers=zstd -{ZSTD_LEVEL}".encode()).hexdigest()
     return rec
 
 

@@ -15,6 +15,7 @@ lower bound is left alone, so calling this from `make setup` costs nothing once 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import re
 import subprocess
 import sys
@@ -181,8 +182,6 @@ def torch_import_check(python: str | None = None) -> subprocess.CompletedProcess
 def _environment_key(path: list[str] | None = None) -> str:
     """Every distribution installed in this interpreter's environment (or on PATH: name, version,
     RECORD's size and mtime): a changed, added or removed package changes it."""
-    import hashlib
-
     rows = []
     for dist in metadata.distributions(**({"path": path} if path is not None else {})):
         record = getattr(dist, "_path", None)

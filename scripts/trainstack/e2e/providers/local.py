@@ -213,7 +213,7 @@ class LocalProvider(Provider):
         from ... import images
 
         wanted = ["pause", "coredns", "trainer-controller-manager", "jobset-controller",
-                  *getattr(suite, "workload_images", ("torch-cpu",))]
+                  *suite.workload_images]
         if suite.data_cache:
             wanted.append("lws-controller")
         return [n for n in images.names(self.lock) if n in wanted]
