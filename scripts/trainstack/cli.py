@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 
 from . import __version__, paths, progress
-from .errors import UsageError, UserError
+from .errors import INTERNAL_ERROR, UsageError, UserError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"error: internal error: {type(err).__name__}: {err} (set TRAINSTACK_DEBUG=1 for details)",
               file=sys.stderr)
-        return 1
+        return INTERNAL_ERROR
 
 
 if __name__ == "__main__":

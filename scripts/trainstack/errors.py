@@ -7,6 +7,11 @@ one line on stderr; nothing else prints a traceback.
 
 from __future__ import annotations
 
+# Exit codes: 1 a user error (bad input, a failed check), 2 wrong usage, 3 trainstack itself failed (a bug).
+USER_ERROR = 1
+USAGE_ERROR = 2
+INTERNAL_ERROR = 3
+
 
 class UserError(Exception):
     """A failure the user can act on: `message` says what is wrong, `hint` what to do."""

@@ -6,11 +6,11 @@ plugins never change what trainstack renders.
 
 from __future__ import annotations
 
-import subprocess
+import subprocess  # noqa: F401 - the CompletedProcess type of run's result
 from pathlib import Path
 
 from . import lock as lockmod
-from . import paths, tools
+from . import api, paths, proc, tools
 from .errors import UserError, output_line
 
 
@@ -28,11 +28,24 @@ def run(args: list[str], lock: lockmod.Lock | None = None, timeout: float | None
         input_text: str | None = None) -> subprocess.CompletedProcess:
     """Run pinned `binary` (helm, helm3 or kustomize); a failure becomes a UserError with helm's message."""
     exe = tools.require(binary, lock)
-    result = subprocess.run([str(exe), *args], capture_output=True, text=True, timeout=timeout,
-                            env=env(lock), cwd=cwd, input=input_text)
+    result = proc.run([str(exe), *args], check=False, timeout=timeout, env=env(lock), cwd=cwd,
+                      input=input_text, what=f"{binary} {args[0] if args else ''}".strip())
     if check and result.returncode != 0:
         raise UserError(f"{binary} {args[0]} failed: {first_error_line(result.stderr or result.stdout)}")
     return result
+
+
+def template_args(chart: Path | str | None = None, *args: str, release: str = api.RELEASE,
+                  namespace: str = api.NAMESPACE, include_crds: bool = False,
+                  kube_version: str | None = None) -> list[str]:
+    """The one `helm template` command line: RELEASE of CHART (default: the working tree's chart) into
+    NAMESPACE, then ARGS (values files, --set, --show-only); the caller runs it with `run`."""
+    line = ["template", release, str(chart if chart is not None else paths.chart_dir()), "--namespace", namespace]
+    if include_crds:
+        line.append("--include-crds")
+    if kube_version:
+        line += ["--kube-version", kube_version]
+    return [*line, *args]
 
 
 def first_error_line(text: str) -> str:
