@@ -6,11 +6,11 @@ plugins never change what trainstack renders.
 
 from __future__ import annotations
 
-import subprocess  # noqa: F401 - the CompletedProcess type of run's result
+import subprocess
 from pathlib import Path
 
-from . import lock as lockmod
 from . import api, paths, proc, tools
+from . import lock as lockmod
 from .errors import UserError, output_line
 
 
