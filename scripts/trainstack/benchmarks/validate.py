@@ -19,7 +19,6 @@ import os
 import random
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -29,9 +28,10 @@ from typing import Any
 
 import yaml
 
+from .. import api, proc, progress, tools
 from .. import lock as lockmod
-from .. import progress, tools
 from ..errors import UserError
+from ..validate import builtin, crds, schemas
 
 DOCUMENTS = 10_000
 PEERS = ("kubeconform", "kubectl_validate")
@@ -100,7 +100,7 @@ def _rolebinding(i: int) -> dict:
 
 
 def _trainjob(i: int) -> dict:
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": _meta("TrainJob", i),
+    return {"apiVersion": api.TRAINER_API, "kind": "TrainJob", "metadata": _meta("TrainJob", i),
             "spec": {"runtimeRef": {"name": "torch-distributed"},
                      "initializer": {"dataset": {"storageUri": f"hf://datasets/bench-{i}"}},
                      "trainer": {"numNodes": 1 + i % 4, "image": "pytorch/pytorch:2.5.0",
@@ -110,16 +110,16 @@ def _trainjob(i: int) -> dict:
 
 
 def _runtime(i: int) -> dict:
-    job = {"name": "node", "template": {"metadata": {"labels": {"trainer.kubeflow.org/trainjob-ancestor-step": "trainer"}},
+    job = {"name": "node", "template": {"metadata": {"labels": {api.ANCESTOR_LABEL: "trainer"}},
                                         "spec": {"template": {"spec": {"containers": [_container(i, "node")]}}}}}
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainingRuntime",
+    return {"apiVersion": api.TRAINER_API, "kind": "TrainingRuntime",
             "metadata": _meta("TrainingRuntime", i),
             "spec": {"mlPolicy": {"numNodes": 1, "torch": {}},
                      "template": {"spec": {"replicatedJobs": [job]}}}}
 
 
 def _jobset(i: int) -> dict:
-    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": _meta("JobSet", i),
+    return {"apiVersion": api.JOBSET_API, "kind": "JobSet", "metadata": _meta("JobSet", i),
             "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2,
                                          "template": {"spec": {"parallelism": 2, "completions": 2,
                                                                "template": {"spec": _pod_spec(i, "Never")}}}}]}}
@@ -130,7 +130,7 @@ def _application(i: int) -> dict:
             "spec": {"project": "default",
                      "source": {"repoURL": "https://example.com/platform.git", "path": f"overlays/env-{i % 5}",
                                 "targetRevision": "main"},
-                     "destination": {"server": "https://kubernetes.default.svc", "namespace": "kubeflow-system"},
+                     "destination": {"server": "https://kubernetes.default.svc", "namespace": api.NAMESPACE},
                      "syncPolicy": {"automated": {"prune": True, "selfHeal": True},
                                     "syncOptions": ["ServerSideApply=true"]}}}
 
@@ -224,24 +224,24 @@ def _tree_memory(pid: int) -> tuple[int, int]:
 def measure(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run cmd once: wall seconds, peak summed RSS, exit code, stdout."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    process = proc.start(cmd, stdout=proc.PIPE, stderr=proc.PIPE, text=True, env=env)
     peak = peak_pss = 0
     done = threading.Event()
 
     def sample() -> None:
         nonlocal peak, peak_pss
         while not done.is_set():
-            rss, pss = _tree_memory(proc.pid)
+            rss, pss = _tree_memory(process.pid)
             peak, peak_pss = max(peak, rss), max(peak_pss, pss)
             done.wait(0.01)
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    out, err = proc.communicate()
+    out, err = process.communicate()
     wall = time.perf_counter() - start
     done.set()
     sampler.join()
-    return {"seconds": wall, "peak_rss_bytes": peak, "peak_pss_bytes": peak_pss, "exit_code": proc.returncode,
+    return {"seconds": wall, "peak_rss_bytes": peak, "peak_pss_bytes": peak_pss, "exit_code": process.returncode,
             "stdout": out, "stderr": err}
 
 
@@ -250,8 +250,6 @@ def export_kubectl_validate(lock, catalog, keys: list[str], folder: Path) -> tup
     local-schemas folder, --version). Built-ins: the pinned k8s.io/kubernetes module's OpenAPI v3
     spec files in its /api/<version>.json, /apis/<group>/<version>.json layout; CRDs: the pinned
     CRDs that define the corpus's custom kinds."""
-    from . import builtin, crds, schemas
-
     version = lock.kubernetes_version
     info = tools.module_info(schemas.K8S_MODULE, version)
     specs = builtin.read_specs(Path(info["Zip"]), f"{schemas.K8S_MODULE}@{version}")
@@ -383,8 +381,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """The `validate` bench part: returns the record bench.py writes to bench/results/validate.json.
 
     Every tool runs `--runs` times (after one warm-up run); figures are the MEDIAN of those runs."""
-    from . import schemas
-
     documents = int(getattr(args, "documents", 0) or DOCUMENTS)
     repeats = max(1, int(getattr(args, "runs", 1) or 1))
     lock = lockmod.load()
