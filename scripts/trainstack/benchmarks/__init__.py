@@ -2,7 +2,8 @@
 bench/results/<part>.json):
 
 - command: the `bench` command; its parts register there by name as "module:function";
-- validate: `trainstack validate` against kubeconform and kubectl-validate on a generated corpus;
+- validate: `trainstack validate` against kubeconform and kubectl-validate on a generated corpus
+  (validate_corpus: the corpus, its documents broken on purpose);
 - e2e: the warm time of `make e2e` with the local provider (and, with --cold, the binaries' build);
 - gitops: the warm time of `make e2e-gitops` and Argo CD's build time;
 - scale: TrainJobs against raw JobSets and raw Jobs on KWOK GPU nodes (scale_workloads: the mix;

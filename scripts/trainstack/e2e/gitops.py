@@ -32,6 +32,10 @@ manifest-generate-paths) does not run the plugin again; a commit changing a valu
 cluster (and is rendered by the plugin); the
 published chart (Kustomize helmCharts from the OCI registry, git holding only values) takes over the
 objects and syncs; deleting that Application removes the release but keeps the CRDs and TrainJobs.
+
+This module holds the checks; beside it: gitrepo (the repository), argocd (Argo CD's manifests and
+processes), gitops_harness (the setup steps and reading Applications), gitops_apps (Application
+status), gitops_args (what --gitops refuses). Its benchmark is trainstack.benchmarks.gitops.
 """
 
 from __future__ import annotations
