@@ -12,7 +12,7 @@ MODULES: list[str] = [
     "trainstack.validate.command",
     "trainstack.e2e.command",
     "trainstack.nodecmd",
-    "trainstack.bench",
+    "trainstack.benchmarks.command",
     "trainstack.smoke",
     "trainstack.teams",
     "trainstack.status",

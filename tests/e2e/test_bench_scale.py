@@ -10,8 +10,8 @@ import json
 import pytest
 
 from conftest import run_cli
+from trainstack.benchmarks import scale_workloads as scale
 from trainstack.cluster.local import BINARIES
-from trainstack.e2e import scale
 from trainstack.e2e.hostcontrollers import HostController
 
 from .conftest import need_binaries

@@ -115,7 +115,7 @@ def test_unknown_env_is_a_usage_error():
 
 def test_two_workers_find_exactly_what_one_finds(tmp_path: Path):
     """Large inputs go to worker processes (big files in parts); the findings must not change."""
-    from trainstack.validate import bench
+    from trainstack.benchmarks import validate_corpus as bench
 
     corpus = tmp_path / "corpus"
     bench.generate(corpus, 2600)

@@ -13,15 +13,14 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from .. import images, paths, proc, tools
 from .. import lock as lockmod
-from .. import paths, tools
 from ..errors import UserError, output_line
 
 # With the real node (kubelet, containerd, the controllers as pods, two torch trainings): the bar.
@@ -49,12 +48,11 @@ def cold_build(lock: lockmod.Lock) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="trainstack-cold-") as tmp:
         env = dict(os.environ, TRAINSTACK_CACHE=str(Path(tmp) / "cache"), GOCACHE=str(Path(tmp) / "go-build"))
         start = time.monotonic()
-        result = subprocess.run(
+        result = proc.run(
             [sys.executable, "-m", "trainstack", "tools", "install", *LOCAL_TOOLS],
+            check=False,
             cwd=paths.repo_root(),
             env=env,
-            capture_output=True,
-            text=True,
             timeout=4 * 3600,
         )
         seconds = time.monotonic() - start
@@ -73,12 +71,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             summary = Path(tmp) / "summary.json"
             env = dict(os.environ, TRAINSTACK_E2E_SUMMARY=str(summary))
             start = time.monotonic()
-            result = subprocess.run(
+            result = proc.run(
                 ["make", "e2e", "PROVIDER=local", "ENV=dev"],
+                check=False,
                 cwd=paths.repo_root(),
                 env=env,
-                capture_output=True,
-                text=True,
                 timeout=1800,
             )
             seconds = time.monotonic() - start
@@ -107,8 +104,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def images_record() -> dict[str, Any]:
     """Per built image: its reference, compressed size in the registry and how long its cold build took."""
-    from .. import images
-
     path = images.record_path()
     try:
         return json.loads(path.read_text())

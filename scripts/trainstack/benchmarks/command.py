@@ -17,15 +17,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from . import paths, progress
-from .errors import UserError
+from .. import paths, progress
+from ..errors import UserError
 
 # name -> "module:function"
 PARTS: dict[str, str] = {
-    "validate": "trainstack.validate.bench:run",
-    "e2e": "trainstack.e2e.bench:run",
-    "scale": "trainstack.e2e.scale:run",
-    "gitops": "trainstack.e2e.gitops:bench",
+    "validate": "trainstack.benchmarks.validate:run",
+    "e2e": "trainstack.benchmarks.e2e:run",
+    "scale": "trainstack.benchmarks.scale:run",
+    "gitops": "trainstack.benchmarks.gitops:run",
 }
 
 
