@@ -26,7 +26,10 @@ PARTS: dict[str, str] = {
     "e2e": "trainstack.benchmarks.e2e:run",
     "scale": "trainstack.benchmarks.scale:run",
     "gitops": "trainstack.benchmarks.gitops:run",
+    "tests": "trainstack.benchmarks.tests:run",
 }
+# `trainstack bench` with no part runs these; `tests` (the whole of `make test` on a fresh clone) only when named.
+DEFAULT_PARTS = ("validate", "e2e", "scale", "gitops")
 
 
 def results_dir() -> Path:
@@ -54,7 +57,7 @@ def run_part(name: str, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def run(args: argparse.Namespace) -> int:
-    names = args.parts or list(PARTS)
+    names = args.parts or list(DEFAULT_PARTS)
     unknown = [n for n in names if n not in PARTS]
     if unknown:
         raise UserError(f"unknown bench part(s): {', '.join(unknown)}", f"known: {', '.join(PARTS)}", exit_code=2)
@@ -71,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("bench", help="benchmarks; results in bench/results/<part>.json")
-    parser.add_argument("parts", nargs="*", help=f"parts to run (default all): {', '.join(PARTS)}")
+    parser.add_argument("parts", nargs="*", help=f"parts to run (default {', '.join(DEFAULT_PARTS)}; also: tests)")
     parser.add_argument("--runs", type=int, default=1, help="repetitions where a part supports it (default 1)")
     parser.add_argument(
         "--cold",
@@ -92,5 +95,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--growth", action="store_true", help="also run 100 and 300 workloads first (10, 30 nodes)")
     scale.add_argument("--tuned", metavar="ENV|FILE",
                        help="run again with the controller QPS/burst/concurrency of overlays/ENV (or a values file)")
+    tests = parser.add_argument_group("tests (make test per tier on a fresh clone of HEAD)")
+    tests.add_argument("--tiers", metavar="LIST", help="tiers to time, comma-separated (default unit,chart,integration,e2e)")
     parser.add_argument("--results-dir", type=Path, help="write results here (default bench/results)")
     parser.set_defaults(func=run)

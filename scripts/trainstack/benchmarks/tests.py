@@ -1,0 +1,103 @@
+"""`trainstack bench tests`: what `make test` costs, per tier, on a fresh clone of this checkout.
+
+It clones HEAD (committed work only) into a scratch folder, then runs what `make test` runs, one
+make target at a time so each is timed on its own: `make setup` (every step skips itself when the
+tool cache is warm), `make lint`, then `make test-unit`, `test-chart`, `test-integration` and
+`test-e2e`. Each tier's pytest writes a JUnit file; its counts (passed, failed, skipped, errors) and
+the tier's wall time go into bench/results/tests.json beside the budgets the fast-feedback work set
+(warm `make test` 15 minutes, bar 20; cold setup plus `make test` 60 minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+from .. import paths, proc, progress
+
+TIERS = ("unit", "chart", "integration", "e2e")
+BUDGET_WARM_S = 15 * 60
+BAR_WARM_S = 20 * 60
+BUDGET_COLD_S = 60 * 60
+
+
+def junit_counts(path: Path) -> dict[str, int]:
+    """passed/failed/errors/skipped of a pytest JUnit file (all zero when the file is missing)."""
+    counts = {"tests": 0, "failed": 0, "errors": 0, "skipped": 0}
+    if not path.is_file():
+        return {**counts, "passed": 0}
+    root = ET.parse(path).getroot()
+    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+    for suite in suites:
+        counts["tests"] += int(suite.get("tests", 0))
+        counts["failed"] += int(suite.get("failures", 0))
+        counts["errors"] += int(suite.get("errors", 0))
+        counts["skipped"] += int(suite.get("skipped", 0))
+    counts["passed"] = counts["tests"] - counts["failed"] - counts["errors"] - counts["skipped"]
+    return counts
+
+
+def tool_cache_warm() -> bool:
+    """Whether the tool cache holds built tools (a warm machine) before the run."""
+    tools_dir = paths.cache_dir() / "tools"
+    return tools_dir.is_dir() and any(tools_dir.iterdir())
+
+
+def _make(clone: Path, target: str, log: Path, extra: dict[str, str] | None = None) -> tuple[float, int]:
+    start = time.monotonic()
+    env = {**os.environ, **(extra or {})}
+    env.pop("TRAINSTACK_ROOT", None)  # the clone is its own root
+    with open(log, "w", encoding="utf-8") as out:
+        result = proc.run(["make", target, *[f"{k}={v}" for k, v in (extra or {}).items()]], check=False,
+                          capture=False, stdout=out, stderr=proc.STDOUT, cwd=clone, env=env, what=f"make {target}")
+    return round(time.monotonic() - start, 1), result.returncode
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    root = paths.repo_root()
+    tiers = [t for t in (getattr(args, "tiers", None) or ",".join(TIERS)).split(",") if t]
+    head = proc.output(["git", "-C", str(root), "rev-parse", "HEAD"]).strip()
+    dirty = bool(proc.output(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"]).strip())
+    warm = tool_cache_warm()
+    scratch = Path(tempfile.mkdtemp(prefix="trainstack-bench-tests-"))
+    clone = scratch / "trainstack"
+    logs = root / "artifacts" / "bench-tests"
+    shutil.rmtree(logs, ignore_errors=True)
+    logs.mkdir(parents=True)
+    rows: list[dict[str, Any]] = []
+    try:
+        proc.run(["git", "clone", "-q", "--no-hardlinks", str(root), str(clone)], timeout=300)
+        for target in ("setup", "lint"):
+            with progress.step(f"make {target} (fresh clone)"):
+                seconds, code = _make(clone, target, logs / f"{target}.log")
+            rows.append({"step": target, "seconds": seconds, "exit": code})
+        for tier in tiers:
+            junit = logs / f"{tier}.xml"
+            with progress.step(f"make test-{tier} (fresh clone)"):
+                seconds, code = _make(clone, f"test-{tier}", logs / f"test-{tier}.log",
+                                      {"PYTEST_ARGS": f"--junitxml={junit}"})
+            rows.append({"step": f"test-{tier}", "tier": tier, "seconds": seconds, "exit": code, **junit_counts(junit)})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    total = round(sum(r["seconds"] for r in rows), 1)
+    failed = [r["step"] for r in rows if r["exit"] != 0]
+    passed = sum(r.get("passed", 0) for r in rows)
+    return {
+        "commit": head,
+        "uncommitted_changes_left_out": dirty,
+        "tool_cache_warm_at_start": warm,
+        "steps": rows,
+        "make_test_seconds": total,
+        "budget": {"warm_make_test_s": BUDGET_WARM_S, "warm_bar_s": BAR_WARM_S, "cold_setup_and_test_s": BUDGET_COLD_S},
+        "within_budget": (total <= BUDGET_WARM_S) if warm else (total <= BUDGET_COLD_S),
+        "failed_steps": failed,
+        "summary": f"{'warm' if warm else 'cold'} make test {total / 60:.1f} min, {passed} passed"
+                   + (f", failed: {', '.join(failed)}" if failed else ""),
+        "logs": str(logs),
+    }
