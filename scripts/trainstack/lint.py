@@ -195,24 +195,66 @@ def _layers_contract(graph: Any, layers: list[Layer], members: list[list[str]]) 
 
 
 def _cycles(graph: Any) -> list[str]:
-    """import-linter's acyclic_siblings contract over the whole package (no two modules or packages
-    under one parent import each other, at any depth), each cycle named from the import that would
-    break it back round to where it started."""
-    from importlinter.contracts.acyclic_siblings import AcyclicSiblingsContract
-
-    contract = AcyclicSiblingsContract(name="cycles", session_options={"root_packages": [PACKAGE]},
-                                       contract_options={"ancestors": [PACKAGE]})
-    check = contract.check(graph, verbose=False)
+    """Modules that import each other, directly or round a longer loop: one line per strongly connected
+    group of modules, naming its shortest cycle. Module by module, not package by package (import-linter's
+    acyclic_siblings contract counts a package as one node, so a package split across layers, e2e and
+    its cli command, would make legal imports look like a cycle)."""
+    modules = sorted(graph.modules)
+    edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in modules}
     problems = []
-    for breakers in check.metadata["cycle_breakers_by_package"].values():
-        for importer, imported in sorted(breakers):
-            back = (graph.find_shortest_chain(importer=imported, imported=importer)
-                    or graph.find_shortest_chain(importer=imported, imported=importer, as_packages=True) or ())
-            cycle = [importer, *back] if back else [importer, imported, "...", importer]
-            details = graph.get_import_details(importer=importer, imported=imported)
-            line = details[0]["line_number"] if details else "?"
-            problems.append(f"{_file(importer)}:{line}: import cycle: {' -> '.join(cycle)}")
-    return problems
+    for group in _strongly_connected(modules, edges):
+        if len(group) < 2:
+            continue
+        start = min(group)
+        back = min((graph.find_shortest_chain(importer=n, imported=start) or () for n in edges[start] if n in group),
+                   key=len)
+        cycle = [start, *back]
+        details = graph.get_import_details(importer=cycle[0], imported=cycle[1])
+        line = details[0]["line_number"] if details else "?"
+        rest = f" ({len(group)} modules in the loop: {', '.join(sorted(group))})" if len(group) >= len(cycle) else ""
+        problems.append(f"{_file(start)}:{line}: import cycle: {' -> '.join(cycle)}{rest}")
+    return sorted(problems)
+
+
+def _strongly_connected(nodes: list[str], edges: dict[str, list[str]]) -> list[set[str]]:
+    """Tarjan's strongly connected components, iteratively (no recursion limit on a long chain)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[set[str]] = []
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(edges[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(edges.get(child, []))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                group = set()
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    group.add(member)
+                    if member == node:
+                        break
+                groups.append(group)
+    return groups
 
 
 def _file(module: str) -> str:
