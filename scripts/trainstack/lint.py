@@ -127,13 +127,16 @@ def contracts_main(spec: str) -> int:
     """Child side of contract_checks: print {"layers": [...], "cycles": [...]} as JSON."""
     import grimp
     from importlinter import configuration
+    from importlinter.domain.contract import InvalidContractOptions
 
     configuration.configure()  # import-linter's settings (its timer, its printer), as its own CLI does
     graph = grimp.build_graph(PACKAGE, cache_dir=None)
     layers = load_layers(Path(spec))
     layers_problems, members = _expand(graph, layers)
-    if not layers_problems:
-        layers_problems = _layers_contract(graph, layers, members)
+    try:  # what is placed is checked even while a module is unplaced
+        layers_problems += _layers_contract(graph, layers, members)
+    except (ValueError, InvalidContractOptions) as err:  # a module in two layers: no contract to check
+        layers_problems.append(f"{LAYERS_FILE}: the contract cannot be built: {err}")
     found = {"layers": layers_problems, "cycles": _cycles(graph)}
     print(json.dumps(found))
     return 0
