@@ -311,6 +311,7 @@ def run(lock: lockmod.Lock | None = None, only: list[str] | None = None) -> list
         else:
             checks.append(helm_lint(lock))
     if {"layers", "cycles"} & set(wanted):
+        _require_pinned(lock, "import-linter")
         checks += [c for c in contract_checks() if c.name in wanted]
     if "mypy" in wanted:
         checks.append(mypy_check(lock))
