@@ -49,7 +49,7 @@ docs: venv ## regenerate generated docs (chart README, README tables, values.sch
 lock-check: venv ## check the lock file and Chart.lock
 	$(TS) lock check
 
-lint: setup-chart ## ruff over the Python, helm lint --strict over the chart with each environment's values (both pinned)
+lint: setup-chart ## ruff, helm lint --strict with each environment's values, the layer contract (layers.toml, docs/architecture.md) and mypy; all pinned
 	$(TS) lint
 
 test: setup lint ## make lint, then the whole test suite (pytest); exit 5 (no tests) counts as failure

@@ -15,11 +15,12 @@ from trainstack import lock as lockmod
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_ruff_is_the_locks_exact_version():
+@pytest.mark.parametrize("package", ["ruff", "import-linter", "mypy"])
+def test_each_linter_is_the_locks_exact_version(package):
     from importlib import metadata
 
-    pinned = lockmod.load().get("python", "test", "ruff")
-    assert pinned.startswith("==") and metadata.version("ruff") == pinned[2:]
+    pinned = lockmod.load().get("python", "test", package)
+    assert pinned.startswith("==") and metadata.version(package) == pinned[2:]
 
 
 def test_ruff_reports_each_finding_with_file_and_line(tmp_path):
@@ -47,6 +48,6 @@ def test_the_tree_lints_clean(chart_ready):
     result = subprocess.run([sys.executable, "-m", "trainstack", "lint", "--output", "json"], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     checks = {c["name"]: c for c in json.loads(result.stdout)}
-    assert set(checks) == {"ruff", "helm lint"}
+    assert set(checks) == set(lint.CHECKS)
     assert all(c["ok"] for c in checks.values()), {n: c["problems"][:5] for n, c in checks.items()}
     assert result.returncode == 0

@@ -15,12 +15,8 @@ import traceback
 from pathlib import Path
 
 from . import __version__, paths, progress
+from .cmdline import Parser as _Parser  # the old name, for callers outside the package
 from .errors import INTERNAL_ERROR, UsageError, UserError
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, as the contract says
-        raise UsageError(message, f"see '{self.prog} --help'")
 
 
 def _cmd_tools(args: argparse.Namespace) -> int:
@@ -40,11 +36,11 @@ def _cmd_tools(args: argparse.Namespace) -> int:
     if args.tier and args.tier not in known:
         raise UsageError(f"--tier {args.tier}: no such tier (tiers: {', '.join(known)})",
                          "see trainstack.lock.yaml, tools.*.tier")
-    rows = tools.install(args.names or None, include_optional=not args.skip_optional, tier=args.tier)
-    if all(action == "up to date" for _, _, action, _ in rows):
-        progress.info(f"all {len(rows)} pinned tools are up to date; nothing to do")
+    installed = tools.install(args.names or None, include_optional=not args.skip_optional, tier=args.tier)
+    if all(action == "up to date" for _, _, action, _ in installed):
+        progress.info(f"all {len(installed)} pinned tools are up to date; nothing to do")
     progress.table("trainstack tools install", ["tool", "version", "action", "seconds"],
-                   [(n, v, a, f"{s:.1f}") for n, v, a, s in rows], to_stderr=True)
+                   [(n, v, a, f"{s:.1f}") for n, v, a, s in installed], to_stderr=True)
     return 0
 
 

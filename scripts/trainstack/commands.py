@@ -5,8 +5,13 @@ Adding a command is one line here plus its own module, so cli.py stays about par
 
 from __future__ import annotations
 
-import argparse
 import importlib
+from collections.abc import Callable
+from typing import Any
+
+from .cmdline import group  # moved to the core layer; this name stays for callers not yet moved
+
+__all__ = ["MODULES", "group", "registrars"]
 
 MODULES: list[str] = [
     "trainstack.validate.command",
@@ -26,11 +31,6 @@ MODULES: list[str] = [
 ]
 
 
-def registrars():
+def registrars() -> list[Callable[[Any], None]]:
+    """Each listed module's `register(subparsers)`, in MODULES order (the order of `trainstack --help`)."""
     return [importlib.import_module(name).register for name in MODULES]
-
-
-def group(sub: argparse._SubParsersAction, name: str, help: str) -> argparse._SubParsersAction:
-    """`trainstack NAME ...`: a command of subcommands (chosen subcommand in args.NAME_command)."""
-    parser = sub.add_parser(name, help=help)
-    return parser.add_subparsers(dest=f"{name}_command", required=True, parser_class=type(parser))

@@ -270,7 +270,7 @@ def _store_dir(chart_dir: Path, lock: lockmod.Lock, used: str) -> Path:
     code that builds them (this module and chartpack), and by the source used (OCI or upstream)."""
     import hashlib
 
-    code = "".join(Path(m.__file__).read_text() for m in (sys.modules[__name__], chartpack))
+    code = "".join(Path(m.__file__ or "").read_text() for m in (sys.modules[__name__], chartpack))
     key = hashlib.sha256((fingerprint(chart_dir, lock) + code).encode()).hexdigest()[:24]
     return paths.cache_dir() / "deps" / f"{key}-{used}"
 
@@ -340,7 +340,7 @@ def build(source: str = "auto", chart_dir: Path | None = None, lock: lockmod.Loc
         _clean(out_dir)
     oci_error = ""
     used = "source"
-    charts: dict[str, str] = {}
+    charts = {}
     if source in ("auto", "oci"):
         with progress.step("helm dependency build (OCI chart repositories)"):
             oci_error = _try_oci(chart_dir, lock)

@@ -6,7 +6,9 @@ the lock file and the key, so a broken lock never surfaces as a KeyError traceba
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -231,7 +233,7 @@ class Lock:
         """Everything wrong with the lock, as sentences (empty when it is sound)."""
         found: list[str] = []
 
-        def check(fn):
+        def check(fn: Callable[[], object]) -> None:
             try:
                 fn()
             except UserError as err:
@@ -247,7 +249,7 @@ class Lock:
             for name in names:
                 loader = {"tools": self.tool, "charts": self.chart, "images": self.image,
                           "sources": self.source}[section]
-                check(lambda n=name, f=loader: f(n))
+                check(functools.partial(loader, name))
         try:
             for tool in self.tools():
                 if not SEMVER_TAG.match(tool.version):

@@ -108,7 +108,7 @@ def readme_header(text: str, lock: lockmod.Lock, where: str) -> str:
         row = re.compile(rf"^(\| `{re.escape(pin.name)}` \| )[^|]+( \|)", re.MULTILINE)
         if row.search(out) is None:
             raise UserError(f"{where}: the dependency table has no row for {pin.name}")
-        out = row.sub(lambda m, v=pin.version: f"{m.group(1)}{v}{m.group(2)}", out)
+        out = row.sub(rf"\g<1>{pin.version}\g<2>", out)  # a chart version (semver) has no backslash
     return out
 
 

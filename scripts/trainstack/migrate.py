@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from . import commands, helm, paths, progress, tools, yamlio
+from . import cmdline, helm, paths, progress, tools, yamlio
 from . import lock as lockmod
 from .errors import UserError
 
@@ -294,7 +294,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    msub = commands.group(sub, "migrate", "hand a cluster over to trainstack (from upstream's kubeflow-trainer chart)")
+    msub = cmdline.group(sub, "migrate", "hand a cluster over to trainstack (from upstream's kubeflow-trainer chart)")
     up = msub.add_parser("from-upstream", help="take over a kubeflow-trainer release without deleting CRDs or "
                                                "TrainJobs (prints the plan first; --dry-run stops there)")
     up.add_argument("--release", required=True, help="name of the upstream kubeflow-trainer release")

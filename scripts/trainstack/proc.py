@@ -158,7 +158,8 @@ def start(argv: Sequence[str | os.PathLike[str]], *, what: str = "", hint: str =
 
 def output(argv: Sequence[str | os.PathLike[str]], **kwargs: Any) -> str:
     """stdout of `argv`, which must succeed."""
-    return run(argv, **kwargs).stdout
+    stdout: str = run(argv, **kwargs).stdout
+    return stdout
 
 
 def succeeds(argv: Sequence[str | os.PathLike[str]], **kwargs: Any) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from . import chartpack, commands, deps, helm, paths, progress
+from . import chartpack, cmdline, deps, helm, paths, progress
 from . import lock as lockmod
 from .errors import UsageError, UserError
 
@@ -148,7 +148,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    csub = commands.group(sub, "chart", "the umbrella chart as an artifact")
+    csub = cmdline.group(sub, "chart", "the umbrella chart as an artifact")
     pub = csub.add_parser("publish", help="package charts/trainstack (dependencies and CRDs included) and push it "
                                           "to an OCI registry with the pinned helm; never overwrites a version")
     pub.add_argument("--registry", required=True, help="where to push: oci://HOST[:PORT]/PATH")

@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from . import commands, paths, progress
+from . import cmdline, paths, progress
 from .errors import UserError, output_line
 
 RELEASES_FILE = "releases.yaml"
@@ -430,7 +430,7 @@ def _cmd(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    rsub = commands.group(sub, "release", "the release record: check it, list it, write CHANGELOG.md, cut")
+    rsub = cmdline.group(sub, "release", "the release record: check it, list it, write CHANGELOG.md, cut")
     check_p = rsub.add_parser("check", help="fail when the chart changed since the last release but its version "
                                             "or the changelog did not")
     check_p.add_argument("--output", choices=["text", "json"], default="text")

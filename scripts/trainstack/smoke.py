@@ -30,7 +30,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from . import commands, paths, progress
+from . import cmdline, paths, progress
 from . import quantity as quantitymod
 from .errors import UsageError, UserError, output_line
 
@@ -448,7 +448,7 @@ def _cmd_install(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    sub = commands.group(subparsers, "smoke", "real torch DDP training smoke (two torchrun nodes on this machine)")
+    sub = cmdline.group(subparsers, "smoke", "real torch DDP training smoke (two torchrun nodes on this machine)")
 
     train = sub.add_parser("train", help="run examples/train_ddp.py as a TrainJob's nodes would, and check it",
                            description="Runs examples/train_ddp.py with torchrun as the nodes of a TrainJob, each "

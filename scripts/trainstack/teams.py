@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import commands, deps, helm, paths, progress
+from . import cmdline, deps, helm, paths, progress
 from . import lock as lockmod
 from .errors import UsageError, UserError, output_line
 
@@ -190,7 +190,7 @@ def _cmd_team(args: argparse.Namespace) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    sub = commands.group(subparsers, "team", "onboard teams: one reviewed change to an environment's values")
+    sub = cmdline.group(subparsers, "team", "onboard teams: one reviewed change to an environment's values")
     add_p = sub.add_parser("add", help="add a team (namespace, quota, roles, Kueue queue) to ENV's values file",
                            description="Writes teams.NAME into overlays/ENV/values.yaml, keeping the file's comments "
                                        "and order, after the chart has rendered it. Members: alice, user:alice, "

@@ -183,7 +183,7 @@ def _environment_key(path: list[str] | None = None) -> str:
     """Every distribution installed in this interpreter's environment (or on PATH: name, version,
     RECORD's size and mtime): a changed, added or removed package changes it."""
     rows = []
-    for dist in metadata.distributions(**({"path": path} if path is not None else {})):
+    for dist in (metadata.distributions(path=path) if path is not None else metadata.distributions()):
         record = getattr(dist, "_path", None)
         stat = (Path(record) / "RECORD").stat() if record and (Path(record) / "RECORD").is_file() else None
         rows.append(f"{dist.metadata['Name']} {dist.version} {stat.st_size if stat else ''} "

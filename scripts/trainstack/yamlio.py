@@ -20,4 +20,5 @@ def load(text: str) -> Any:
 
 
 def load_all(text: str) -> Iterator[Any]:
-    return yaml.load_all(text, Loader=LOADER)  # LOADER is a safe loader
+    documents: Iterator[Any] = yaml.load_all(text, Loader=LOADER)  # LOADER is a safe loader
+    return documents

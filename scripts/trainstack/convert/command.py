@@ -69,7 +69,7 @@ def _documents(source: str, text: str) -> list[tuple[int, dict[str, Any]]]:
 
 
 def _label(doc: dict[str, Any], number: int) -> str:
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    meta = found if isinstance(found := doc.get("metadata"), dict) else {}
     name = meta.get("name") or f"(document {number}, no name)"
     ns = meta.get("namespace")
     return f"{doc.get('kind') or '(no kind)'} {ns + '/' if ns else ''}{name}"

@@ -90,9 +90,9 @@ def _validate(args: argparse.Namespace, stdin_text: str | None) -> report.Result
 
 def run(argv: list[str], stdin_text: str | None = None) -> tuple[int, str]:
     """`trainstack validate ARGV` in-process: (exit code, stdout). Never raises for bad input."""
-    from ..cli import _Parser
+    from ..cmdline import Parser
 
-    parser = _Parser(prog="trainstack validate")
+    parser = Parser(prog="trainstack validate")
     add_arguments(parser)
     try:
         args = parser.parse_args(argv)
