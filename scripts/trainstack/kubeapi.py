@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .api import JOBSET_API, LWS_API, TRAINER_API  # by name: `api` is the client here
 from .errors import UserError
 
 # (connect, read) seconds for one request; a watch adds its own window to the read timeout.
@@ -193,9 +194,8 @@ API_VERSIONS = {
     "validatingadmissionpolicybindings": "admissionregistration.k8s.io/v1",
     "mutatingwebhookconfigurations": "admissionregistration.k8s.io/v1",
     "validatingwebhookconfigurations": "admissionregistration.k8s.io/v1",
-    "trainjobs": "trainer.kubeflow.org/v1alpha1", "trainingruntimes": "trainer.kubeflow.org/v1alpha1",
-    "clustertrainingruntimes": "trainer.kubeflow.org/v1alpha1",
-    "jobsets": "jobset.x-k8s.io/v1alpha2", "leaderworkersets": "leaderworkerset.x-k8s.io/v1",
+    "trainjobs": TRAINER_API, "trainingruntimes": TRAINER_API, "clustertrainingruntimes": TRAINER_API,
+    "jobsets": JOBSET_API, "leaderworkersets": LWS_API,
     "applications": "argoproj.io/v1alpha1", "applicationsets": "argoproj.io/v1alpha1",
 }
 

@@ -22,7 +22,6 @@ import shutil
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
@@ -30,8 +29,9 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from . import commands, paths, progress
+from . import commands, paths, proc, progress, trainenv
 from . import quantity as quantitymod
+from .cluster.common import free_port
 from .errors import UsageError, UserError, output_line
 
 # Upstream constants (pkg/constants/constants.go, v2.3.0).
@@ -124,8 +124,8 @@ def _unshare_argv() -> list[str] | None:
         return None
     argv = [binary, "--net"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
     try:
-        probe = subprocess.run([*argv, "true"], check=False, capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+        probe = proc.run([*argv, "true"], check=False, timeout=10)
+    except proc.CommandError:
         return None
     return argv if probe.returncode == 0 else None
 
@@ -151,25 +151,24 @@ def launch(spec: dict) -> dict:
     if spec.get("netns"):
         _loopback_up()
     started = time.monotonic()
-    procs: list[subprocess.Popen] = []
+    procs: list[proc.Popen] = []
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("PET_") and k != "TRAINSTACK_OUTPUT_DIR"}
     for node in spec["nodes"]:
         with open(node["stdout"], "wb") as out, open(node["stderr"], "wb") as err:
-            procs.append(subprocess.Popen(node["argv"], env={**inherited, **node["env"]}, cwd=spec["cwd"],
-                                          stdout=out, stderr=err,
-                                          stdin=subprocess.DEVNULL, start_new_session=True))
+            procs.append(proc.start(node["argv"], env={**inherited, **node["env"]}, cwd=spec["cwd"],
+                                    stdout=out, stderr=err, stdin=proc.DEVNULL, start_new_session=True))
 
-    def stop(proc: subprocess.Popen) -> None:
+    def stop(node: proc.Popen) -> None:
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            if proc.poll() is not None:
+            if node.poll() is not None:
                 return
             try:
-                os.killpg(proc.pid, sig)
+                os.killpg(node.pid, sig)
             except ProcessLookupError:
                 return
             try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
+                node.wait(timeout=5)
+            except proc.TimeoutExpired:
                 pass
 
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -180,26 +179,26 @@ def launch(spec: dict) -> dict:
     try:
         while any(p.poll() is None for p in procs):
             now = time.monotonic()
-            for i, proc in enumerate(procs):
-                if first_failure is None and proc.poll() not in (None, 0):
+            for i, node in enumerate(procs):
+                if first_failure is None and node.poll() not in (None, 0):
                     first_failure, failed_at = i, now
             if now - started > spec["timeout"]:
                 timed_out = True
             if timed_out or (failed_at is not None and now - failed_at > STOP_GRACE_S):
-                for i, proc in enumerate(procs):
-                    if proc.poll() is None:
+                for i, node in enumerate(procs):
+                    if node.poll() is None:
                         stopped.add(i)
-                        stop(proc)
+                        stop(node)
             time.sleep(0.1)
     except KeyboardInterrupt:
-        for i, proc in enumerate(procs):
+        for i, node in enumerate(procs):
             stopped.add(i)
-            stop(proc)
+            stop(node)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-    for i, proc in enumerate(procs):
-        if first_failure is None and proc.returncode != 0 and i not in stopped:
+    for i, node in enumerate(procs):
+        if first_failure is None and node.returncode != 0 and i not in stopped:
             first_failure = i
     return {"exit_codes": [p.returncode for p in procs], "stopped": sorted(stopped), "timed_out": timed_out,
             "first_failure": first_failure, "wall_s": round(time.monotonic() - started, 3)}
@@ -211,17 +210,17 @@ def _launch_isolated(spec: dict, workdir: Path, unshare: list[str] | None) -> di
         return launch(spec)
     spec_path, result_path = workdir / "launch.json", workdir / "launch-result.json"
     spec_path.write_text(json.dumps({**spec, "netns": True}))
-    child = subprocess.Popen([*unshare, sys.executable, "-m", "trainstack.smoke", str(spec_path), str(result_path)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-                                 str(paths.PACKAGE_DIR.parent), os.environ.get("PYTHONPATH")]))})
+    child = proc.start([*unshare, sys.executable, "-m", "trainstack.smoke", str(spec_path), str(result_path)],
+                       stdout=proc.PIPE, stderr=proc.STDOUT, start_new_session=True,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                           str(paths.PACKAGE_DIR.parent), os.environ.get("PYTHONPATH")]))})
     try:
         output, _ = child.communicate(timeout=spec["timeout"] + 4 * STOP_GRACE_S)
-    except (KeyboardInterrupt, subprocess.TimeoutExpired) as err:
+    except (KeyboardInterrupt, proc.TimeoutExpired) as err:
         child.send_signal(signal.SIGTERM)  # the launcher stops its nodes on SIGTERM
         try:
             child.wait(timeout=3 * STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
+        except proc.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
         if isinstance(err, KeyboardInterrupt):
             raise
@@ -244,10 +243,9 @@ _PROBE = ("import json, warnings; warnings.filterwarnings('ignore'); import torc
 
 def probe_torch(python: str) -> dict:
     """What torch `python` has; a clear error when it has none."""
-    try:
-        result = subprocess.run([python, "-c", _PROBE], check=False, capture_output=True, text=True, timeout=300)
-    except OSError as err:
-        raise UserError(f"cannot run Python interpreter {python}: {err.strerror}") from err
+    # a missing or unrunnable interpreter (or one past the timeout) is a CommandError naming it
+    result = proc.run([python, "-c", _PROBE], check=False, timeout=300, what=f"Python interpreter {python}",
+                      hint="pass --python with an interpreter that has torch")
     if result.returncode != 0:
         lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()] or ["no output"]
         if "No module named 'torch'" in result.stderr:
@@ -292,8 +290,7 @@ def check_checkpoint(python: str, checkpoint: Path) -> dict:
             "f = s['config']['features']; out = s['module'](torch.zeros(2, f)); "
             "print(json.dumps({'step': s['step'], 'params': sum(p.numel() for p in s['module'].parameters()), "
             "'output_shape': list(out.shape), 'optimizer_state': len(s['optimizer']['state'])}))")
-    result = subprocess.run([python, "-c", code, str(script_path().parent), str(checkpoint)],
-                            check=False, capture_output=True, text=True, timeout=300)
+    result = proc.run([python, "-c", code, str(script_path().parent), str(checkpoint)], check=False, timeout=300)
     if result.returncode != 0:
         lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()] or ["no output"]
         raise UserError(f"the checkpoint {checkpoint} does not load: {lines[-1].strip()}")
@@ -341,8 +338,6 @@ def run_smoke(args: argparse.Namespace) -> dict:
     unshare = None if args.network == "host" else _unshare_argv()
     if args.network == "namespace" and unshare is None:
         raise UserError("--network namespace: 'unshare --net' is not permitted here", "use --network host")
-    from .cluster.local import free_port
-
     port = free_port()
     workdir, made = _workdir(args.workdir)
     output_dir = workdir / "output"
@@ -437,8 +432,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
-    from . import trainenv
-
     rows = trainenv.ensure(profile=args.profile)
     progress.table("trainstack smoke install (lock: python.train)", ["package", "locked", "version", "action",
                                                                      "seconds"],
