@@ -13,12 +13,12 @@ from pathlib import Path
 
 import yaml
 
-from . import api, paths, render, schemagen
+from . import api, paths, render, schemagen, schemanotes
 
 
 def documented_keys(values_text: str) -> dict[str, str]:
     """dotted key -> description, read from `# --` comments (without `# @schema` annotations)."""
-    return {".".join(path): text for path, text in schemagen.parse(values_text).descriptions.items()}
+    return {".".join(path): text for path, text in schemanotes.parse(values_text).descriptions.items()}
 
 
 def _lookup(values: dict, dotted: str):
@@ -39,7 +39,7 @@ def undocumented(values_path: Path | None = None) -> list[str]:
     text = values_path.read_text()
     values = yaml.safe_load(text)
     docs = documented_keys(text)
-    notes = schemagen.parse(text).notes
+    notes = schemanotes.parse(text).notes
     missing = []
 
     def walk(node, prefix):
