@@ -13,12 +13,12 @@ from pathlib import Path
 
 import yaml
 
-from . import paths, schemagen
+from . import api, paths, render, schemagen, schemanotes
 
 
 def documented_keys(values_text: str) -> dict[str, str]:
     """dotted key -> description, read from `# --` comments (without `# @schema` annotations)."""
-    return {".".join(path): text for path, text in schemagen.parse(values_text).descriptions.items()}
+    return {".".join(path): text for path, text in schemanotes.parse(values_text).descriptions.items()}
 
 
 def _lookup(values: dict, dotted: str):
@@ -39,7 +39,7 @@ def undocumented(values_path: Path | None = None) -> list[str]:
     text = values_path.read_text()
     values = yaml.safe_load(text)
     docs = documented_keys(text)
-    notes = schemagen.parse(text).notes
+    notes = schemanotes.parse(text).notes
     missing = []
 
     def walk(node, prefix):
@@ -159,7 +159,7 @@ def runtime_table(chart_dir: Path | None = None) -> str:
         else:
             upstream = f"variant of `{entry['upstream']}`"
         use = ann.get("trainstack.io/description", "") + " " + WHEN_TO_USE[cls]
-        rows.append(f"| `{entry['name']}` | {upstream} | {skeleton['metadata']['labels']['trainer.kubeflow.org/framework']} "
+        rows.append(f"| `{entry['name']}` | {upstream} | {skeleton['metadata']['labels'][api.FRAMEWORK_LABEL]} "
                     f"| {cls} | `{image['registry']}/{image['repository']}:{image['tag']}` | {settings} | {default} "
                     f"| {use.strip()} |")
     return "\n".join(rows)
@@ -169,8 +169,6 @@ def policy_table(chart_dir: Path | None = None) -> str:
     """Markdown table of the guard rails: rule, what it protects, default action per environment."""
     chart_dir = chart_dir or paths.chart_dir()
     values = yaml.safe_load((chart_dir / "values.yaml").read_text())
-    from . import render
-
     # each environment's values files merged, in its kustomization's order
     envs = {env: render.env_values(env) for env in render.environments()}
     header = "| rule | policy | protects | " + " | ".join(envs) + " |"

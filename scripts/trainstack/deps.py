@@ -10,11 +10,11 @@ never deletes them, so TrainJobs survive `helm uninstall`. Nothing here is commi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from . import chartpack, helm, paths, progress, tools, yamlio
+from . import chartpack, helm, paths, proc, progress, tools, yamlio
 from . import lock as lockmod
 from .errors import UserError, output_line
 
@@ -100,8 +100,8 @@ def _try_oci(chart_dir: Path, lock: lockmod.Lock) -> str:
     try:
         result = helm.run(["dependency", "build", str(chart_dir), "--skip-refresh"], lock=lock,
                           timeout=OCI_TIMEOUT_S, check=False)
-    except subprocess.TimeoutExpired:
-        return f"no answer within {OCI_TIMEOUT_S}s"
+    except proc.CommandError as err:  # ran past OCI_TIMEOUT_S, or could not start
+        return f"no answer within {OCI_TIMEOUT_S}s" if "timed out" in err.message else err.message
     if result.returncode == 0:
         return ""
     return output_line(result.stderr or result.stdout, markers=(), empty=f"helm exited {result.returncode}")
@@ -226,8 +226,9 @@ def _write_crds(chart_dir: Path, lock: lockmod.Lock) -> list[str]:
     """Render the Trainer chart's CRD templates into crds/ (upstream ships them as templates)."""
     pin = lock.chart("kubeflow-trainer")
     archive = chart_dir / "charts" / f"kubeflow-trainer-{pin.version}.tgz"
-    rendered = helm.run(["template", "crds", str(archive), "--set", "crds.enabled=true",
-                         "--set", "jobset.install=false", "--set", "dataCache.enabled=false"], lock=lock).stdout
+    rendered = helm.run(helm.template_args(archive, "--set", "crds.enabled=true", "--set", "jobset.install=false",
+                                           "--set", "dataCache.enabled=false", release="crds", namespace="default"),
+                        lock=lock).stdout
     crd_dir = chart_dir / "crds"
     shutil.rmtree(crd_dir, ignore_errors=True)
     crd_dir.mkdir()
@@ -245,8 +246,6 @@ def _write_crds(chart_dir: Path, lock: lockmod.Lock) -> list[str]:
 
 def fingerprint(chart_dir: Path, lock: lockmod.Lock) -> str:
     """What the dependencies are built from: the lock's charts, images and sources, Chart.yaml, Chart.lock."""
-    import hashlib
-
     pinned = {k: lock.data.get(k) for k in ("charts", "images", "sources")}
     text = json.dumps(pinned, sort_keys=True) + (chart_dir / "Chart.yaml").read_text() + (chart_dir / "Chart.lock").read_text()
     return hashlib.sha256(text.encode()).hexdigest()
@@ -268,8 +267,6 @@ def up_to_date(chart_dir: Path, lock: lockmod.Lock) -> dict | None:
 def _store_dir(chart_dir: Path, lock: lockmod.Lock, used: str) -> Path:
     """Where built dependencies are kept for other checkouts: by what they are built from and by the
     code that builds them (this module and chartpack), and by the source used (OCI or upstream)."""
-    import hashlib
-
     code = "".join(Path(m.__file__ or "").read_text() for m in (sys.modules[__name__], chartpack))
     key = hashlib.sha256((fingerprint(chart_dir, lock) + code).encode()).hexdigest()[:24]
     return paths.cache_dir() / "deps" / f"{key}-{used}"

@@ -27,7 +27,6 @@ import hashlib
 import io
 import json
 import shutil
-import subprocess
 import sys
 import tarfile
 import time
@@ -37,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from . import lock as lockmod
-from . import paths, progress, tools
+from . import paths, proc, progress, tools, trainenv
 from .errors import UserError
 
 KEY_LABEL = "trainstack.io/build-key"
@@ -75,8 +74,6 @@ def _debian(entry: dict[str, Any]) -> tuple[str, list[str]]:
 
 def _torch_wheel(lock: lockmod.Lock) -> tuple[Path, str]:
     """The cached torch wheel the image installs, and its version."""
-    from . import trainenv
-
     specifier = trainenv.pins(lock)["torch"]
     wheel = trainenv._cached_wheel("torch", specifier)
     if wheel is None:
@@ -158,8 +155,7 @@ def compress_layer(layer: Path, out: Path) -> Path:
     zstd file as it is, with the zstd layer media type."""
     if not shutil.which("zstd"):
         raise UserError("building the node's images needs zstd", "run 'trainstack node prereqs' (Debian package zstd)")
-    result = subprocess.run(["zstd", "-q", "-f", "-T0", f"-{ZSTD_LEVEL}", "-o", str(out), str(layer)],
-                            capture_output=True, text=True)
+    result = proc.run(["zstd", "-q", "-f", "-T0", f"-{ZSTD_LEVEL}", "-o", str(out), str(layer)], check=False)
     if result.returncode != 0:
         raise UserError(f"zstd could not compress {layer.name}: {(result.stderr or result.stdout).strip()[-300:]}")
     return out
@@ -213,7 +209,7 @@ def pause_recipe(lock: lockmod.Lock) -> Recipe:
         binary = work / "pause"
         cmd = ["gcc", "-Os", "-Wall", "-Werror", "-static", f"-DVERSION=v{tag}-trainstack", "-o", str(binary),
                str(src)]
-        result = subprocess.run(cmd, capture_output=True, text=True)
+        result = proc.run(cmd, check=False)
         if result.returncode != 0:
             raise UserError(f"gcc could not build pause.c: {result.stderr.strip()[-300:]}")
         return [binary_layer(binary, "/pause", work / "pause.tar")]
@@ -250,7 +246,7 @@ def _debian_base(entry: dict[str, Any]) -> tuple[str, Any]:
                 cmd = ["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(packages)}",
                        "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
                        "--dpkgopt=path-exclude=/usr/share/locale/*", "--format=tar", suite, str(tmp), str(sources)]
-                result = subprocess.run(cmd, capture_output=True, text=True)
+                result = proc.run(cmd, check=False)
                 if result.returncode != 0:
                     raise UserError(f"mmdebstrap failed: {(result.stderr or result.stdout).strip()[-300:]}")
                 tmp.rename(base)
@@ -273,8 +269,6 @@ def debian_recipe(name: str, lock: lockmod.Lock) -> Recipe:
 
 
 def torch_recipe(name: str, lock: lockmod.Lock) -> Recipe:
-    from . import trainenv
-
     entry = spec(name, lock)
     base_entry = spec(str(entry["base"]), lock)
     wheel, _ = _torch_wheel(lock)
@@ -296,10 +290,10 @@ def torch_recipe(name: str, lock: lockmod.Lock) -> Recipe:
         with progress.step(f"installing {wheel.name} and {len(chosen)} CPU requirements into the image"):
             for reqs, no_deps in (([f"torch=={wheel.name.split('-')[1]}"], True), (chosen, False)):
                 out = work / ("pip-torch" if no_deps else "pip-deps")
-                result = subprocess.run(
+                result = proc.run(
                     [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--quiet", "--no-index",
                      "--find-links", str(trainenv.wheel_dir()), "--no-compile", "--target", str(out),
-                     *(["--no-deps"] if no_deps else []), *reqs], capture_output=True, text=True)
+                     *(["--no-deps"] if no_deps else []), *reqs], check=False)
                 if result.returncode != 0:
                     raise UserError(f"pip could not install {reqs[0]} into the image: "
                                     f"{(result.stderr or result.stdout).strip()[-300:]}")
@@ -374,8 +368,8 @@ class Builder:
         self.lock = lock
         self.crane = str(tools.require("crane", lock))
 
-    def crane_run(self, *args: str, timeout: float = 900) -> subprocess.CompletedProcess:
-        return subprocess.run([*self.enter, self.crane, *args], capture_output=True, text=True, timeout=timeout)
+    def crane_run(self, *args: str, timeout: float = 900) -> proc.CompletedProcess:
+        return proc.run([*self.enter, self.crane, *args], check=False, timeout=timeout)
 
     def crane_ok(self, *args: str, timeout: float = 900) -> str:
         result = self.crane_run(*args, timeout=timeout)

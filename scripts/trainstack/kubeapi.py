@@ -14,7 +14,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from .api import JOBSET_API, LWS_API, TRAINER_API  # by name: `api` is the client here
 from .errors import UserError
+
+# The kubernetes client (and urllib3 under it) is imported inside the functions that use it: importing
+# it takes over a second, and most commands (render, validate, lint) never talk to a cluster.
 
 # (connect, read) seconds for one request; a watch adds its own window to the read timeout.
 REQUEST_TIMEOUT = (10, 60)
@@ -25,7 +29,7 @@ RETRY_STATUSES = (429, 500, 502, 503, 504)
 
 def client(kubeconfig: Path | str | None = None, context: str | None = None, pool: int | None = None) -> Any:
     """An ApiClient for KUBECONFIG's CONTEXT (the current one when None), with retries."""
-    from kubernetes import config
+    from kubernetes import config  # heavy: see the note at the top
     from kubernetes.config.config_exception import ConfigException
     from urllib3.util.retry import Retry
 
@@ -53,7 +57,7 @@ def custom_objects(api: Any, group: str, version: str, plural: str, namespace: s
     Not only custom resources: any API group's objects come back as plain dicts this way
     (apps/v1 deployments, apiextensions.k8s.io/v1 customresourcedefinitions, ...), which keeps
     typed-model quirks out of the waits. The core group (pods, secrets) is kubernetes.client's."""
-    from kubernetes import client as k8s
+    from kubernetes import client as k8s  # heavy: see the note at the top
 
     objects = k8s.CustomObjectsApi(api)
     if namespace is None:
@@ -95,7 +99,7 @@ def snapshots(api: Any, list_call: Callable[..., Any], timeout: float, tick: flo
     at least every TICK seconds, until TIMEOUT seconds have passed (the caller stops early by
     breaking out). A watch that expires (410 Gone) lists again; a dropped connection reconnects.
     SELECTORS are passed to the list and the watch (label_selector=..., field_selector=...)."""
-    from kubernetes import watch
+    from kubernetes import watch  # heavy: see the note at the top
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
@@ -166,7 +170,7 @@ def for_kube(kube: Any) -> Any:
 
 def pods(api: Any) -> Callable[..., Any]:
     """The namespaced pod list call (watchable); pass namespace= and selectors to snapshots/wait_for."""
-    from kubernetes import client as k8s
+    from kubernetes import client as k8s  # heavy: see the note at the top
 
     return k8s.CoreV1Api(api).list_namespaced_pod
 
@@ -193,9 +197,8 @@ API_VERSIONS = {
     "validatingadmissionpolicybindings": "admissionregistration.k8s.io/v1",
     "mutatingwebhookconfigurations": "admissionregistration.k8s.io/v1",
     "validatingwebhookconfigurations": "admissionregistration.k8s.io/v1",
-    "trainjobs": "trainer.kubeflow.org/v1alpha1", "trainingruntimes": "trainer.kubeflow.org/v1alpha1",
-    "clustertrainingruntimes": "trainer.kubeflow.org/v1alpha1",
-    "jobsets": "jobset.x-k8s.io/v1alpha2", "leaderworkersets": "leaderworkerset.x-k8s.io/v1",
+    "trainjobs": TRAINER_API, "trainingruntimes": TRAINER_API, "clustertrainingruntimes": TRAINER_API,
+    "jobsets": JOBSET_API, "leaderworkersets": LWS_API,
     "applications": "argoproj.io/v1alpha1", "applicationsets": "argoproj.io/v1alpha1",
 }
 
@@ -210,7 +213,7 @@ _PREFERRED: dict[tuple[int, str], str] = {}
 
 def preferred_version(api: Any, group: str) -> str:
     """GROUP's preferred version on the API server (what kubectl reads by default)."""
-    from kubernetes import client as k8s
+    from kubernetes import client as k8s  # heavy: see the note at the top
 
     key = (id(api), group)
     if key not in _PREFERRED:

@@ -20,6 +20,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from ruamel.yaml import YAML
+
 from . import lock as lockmod
 from . import paths
 from .errors import UserError
@@ -36,9 +38,7 @@ SUBCHART_IMAGES = {
 TRAINER_IMAGE = "trainer-controller-manager"
 
 
-def _yaml():
-    from ruamel.yaml import YAML
-
+def _yaml() -> YAML:
     y = YAML()
     y.preserve_quotes = True
     y.width = 4096

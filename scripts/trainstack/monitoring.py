@@ -30,7 +30,7 @@ from typing import Any
 
 import yaml
 
-from . import chartpack, paths, tools
+from . import chartpack, deps, helm, paths, progress, tools
 from . import lock as lockmod
 from .errors import UserError
 
@@ -362,12 +362,10 @@ def parse_exposition(text: str) -> set[str]:
 def shipped_rule_groups() -> list[dict]:
     """The chart's alert rules with every controller wired (monitoring forced, data cache on),
     rendered with the pinned helm: what any environment that turns monitoring on can ship."""
-    from . import deps, helm
-
     deps.ensure()
-    result = helm.run(["template", "trainstack", str(paths.chart_dir()), "--namespace", "kubeflow-system",
-                       "--show-only", "templates/prometheusrule.yaml", "--set", "monitoring.enabled=true",
-                       "--set", "monitoring.prometheusOperator=always", "--set", "dataCache.enabled=true"])
+    result = helm.run(helm.template_args(None, "--show-only", "templates/prometheusrule.yaml",
+                                         "--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always",
+                                         "--set", "dataCache.enabled=true"))
     docs = [d for d in yaml.safe_load_all(result.stdout) if isinstance(d, dict) and d.get("kind") == "PrometheusRule"]
     return [g for d in docs for g in d["spec"]["groups"]]
 
@@ -413,8 +411,6 @@ def verify_scrape(texts: dict[str, str], groups: list[dict] | None = None) -> di
 
 # ----------------------------------------------------------------------------- CLI
 def _cmd_metrics(args) -> int:
-    from . import progress
-
     known = known_metrics()
     if args.exporter and args.exporter not in known:
         raise UserError(f"{args.exporter} is not pinned in trainstack.lock.yaml", f"pinned: {', '.join(known)}")

@@ -12,10 +12,9 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 
 from . import lock as lockmod
-from . import progress, tools
+from . import proc, progress, tools
 from .errors import UserError, output_line
 
 NODE_TOOLS = ("kubernetes-node", "containerd", "coredns", "registry", "crane")
@@ -31,8 +30,7 @@ def pinned_packages(lock: lockmod.Lock) -> dict[str, str]:
 def installed_versions(names: list[str]) -> dict[str, str]:
     if not shutil.which("dpkg-query"):
         return {}
-    out = subprocess.run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\\n", *names],
-                         capture_output=True, text=True)
+    out = proc.run(["dpkg-query", "-W", "-f", "${Package} ${Version} ${db:Status-Abbrev}\\n", *names], check=False)
     found = {}
     for line in out.stdout.splitlines():
         parts = line.split()
@@ -59,11 +57,11 @@ def install_prereqs(lock: lockmod.Lock) -> list[str]:
         raise UserError(f"installing {', '.join(missing)} needs root", "run 'trainstack node prereqs' as root")
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
     with progress.step(f"apt-get install {' '.join(f'{n}={v}' for n, v in missing.items())}"):
-        update = subprocess.run(["apt-get", "update", "-qq"], capture_output=True, text=True, env=env)
+        update = proc.run(["apt-get", "update", "-qq"], check=False, env=env)
         if update.returncode != 0:
             raise UserError(f"apt-get update failed: {(update.stderr or update.stdout).strip()[-300:]}")
-        result = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
-                                 *[f"{n}={v}" for n, v in missing.items()]], capture_output=True, text=True, env=env)
+        result = proc.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends",
+                           *[f"{n}={v}" for n, v in missing.items()]], check=False, env=env)
     if result.returncode != 0:
         raise UserError(f"apt-get install failed: {output_line(result.stderr or result.stdout, markers=(), limit=300)}",
                         "check the versions under 'debian' in trainstack.lock.yaml against apt-cache policy")

@@ -4,7 +4,8 @@ Each "node" is one torchrun process started with exactly the PET_* variables the
 controller injects into a TrainJob's `node` pods (torch plugin, v2.3.0), so what is tested here
 is the contract between the golden torch runtimes and a training script: two CPU nodes with one
 process each by default, or one node with every local GPU (`--gpu`). The only difference from a
-cluster: PET_MASTER_ADDR is 127.0.0.1 instead of the headless-Service name of pod 0.
+cluster: PET_MASTER_ADDR is 127.0.0.1 instead of the headless-Service name of pod 0. The variables
+themselves are computed by upstream's rules in `petenv.py`.
 
 torch's rendezvous store listens on every interface, so when the kernel allows it the nodes run
 in a private network namespace that has only a loopback interface.
@@ -15,104 +16,31 @@ from __future__ import annotations
 import argparse
 import fcntl
 import json
-import math
 import os
 import re
 import shutil
 import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import time
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-from . import cmdline, paths, progress
-from . import quantity as quantitymod
+from . import cmdline, paths, proc, progress, trainenv
+from .cluster.common import free_port
 from .errors import UsageError, UserError, output_line
+from .petenv import gpus_per_node, nproc_per_node, pet_env, quantity
 
-# Upstream constants (pkg/constants/constants.go, v2.3.0).
-CONTAINER_TRAINER_PORT = 29500
-NODE = "node"
-PET_NNODES = "PET_NNODES"
-PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
-PET_NODE_RANK = "PET_NODE_RANK"
-PET_MASTER_ADDR = "PET_MASTER_ADDR"
-PET_MASTER_PORT = "PET_MASTER_PORT"
+# The controller's rules (pet_env and its parts) live in petenv; they stay importable from here.
+__all__ = ["check_checkpoint", "failure_lines", "gpus_per_node", "launch", "nproc_per_node", "pet_env", "probe_torch",
+           "quantity", "read_events", "register", "run_smoke", "script_path"]
 
 LOCAL_MASTER_ADDR = "127.0.0.1"
 MASTER_ADDR_NOTE = ("PET_MASTER_ADDR is 127.0.0.1 on this machine; in a cluster the controller sets "
                     "<trainjob>-node-0-0.<trainjob> (pod 0 behind the JobSet's headless Service)")
 STOP_GRACE_S = 10.0
-
-
-# ---- the controller's rules -----------------------------------------------------------------------
-
-def quantity(value: object, where: str = "quantity") -> Decimal:
-    """A Kubernetes resource quantity ('2', '500m', '2.5', 1) as a Decimal."""
-    try:
-        return quantitymod.parse(value.strip() if isinstance(value, str) else value)
-    except quantitymod.QuantityError:
-        raise UserError(f"{where}: {value!r} is not a Kubernetes quantity (e.g. 2, 500m, 1.5)") from None
-
-
-def _value(q: Decimal) -> int:
-    """resource.Quantity.Value(): the integer value, rounded up."""
-    return math.ceil(q)
-
-
-def gpus_per_node(resources: dict) -> int:
-    """runtime.GetNumGPUPerNode: a resource whose name contains 'gpu', from requests, else limits."""
-    def count(section: str) -> int:
-        for name, value in (resources.get(section) or {}).items():
-            if "gpu" in str(name).lower():
-                return _value(quantity(value, f"resources.{section}.{name}"))
-        return 0
-    return count("requests") or count("limits")
-
-
-def cpus_per_node(resources: dict) -> int:
-    """torch plugin getNumCPUPerNode: the CPU request, else the CPU limit, rounded up; 0 when neither."""
-    request = (resources.get("requests") or {}).get("cpu")
-    limit = (resources.get("limits") or {}).get("cpu")
-    if request is not None and quantity(request, "resources.requests.cpu") != 0:
-        return _value(quantity(request, "resources.requests.cpu"))
-    if limit is not None:
-        return _value(quantity(limit, "resources.limits.cpu"))
-    return 0
-
-
-def nproc_per_node(resources: dict, num_proc_per_node: int | None = None) -> str:
-    """PET_NPROC_PER_NODE: trainer.numProcPerNode if set; else 'auto', which on a node without GPUs
-    becomes max(1, CPUs) (torchrun resolves 'auto' to the GPU count on GPU nodes)."""
-    if num_proc_per_node is not None:
-        return str(num_proc_per_node)
-    if gpus_per_node(resources) == 0:
-        return str(max(1, cpus_per_node(resources)))
-    return "auto"
-
-
-def pet_env(trainjob: str, num_nodes: int, node_rank: int, resources: dict | None = None,
-            num_proc_per_node: int | None = None, master_addr: str | None = None,
-            master_port: int = CONTAINER_TRAINER_PORT) -> dict[str, str]:
-    """The PET_* variables the Trainer controller injects into container `node` of pod `node_rank`.
-
-    `resources` is the node's ResourceRequirements ({"requests": {...}, "limits": {...}}): the
-    TrainJob's resourcesPerNode, else the runtime's node container. PET_NODE_RANK is the Job
-    completion index in a cluster. `master_addr` replaces the headless-Service name off-cluster.
-    """
-    if num_nodes < 1 or not 0 <= node_rank < num_nodes:
-        raise UserError(f"node rank {node_rank} is outside a TrainJob of {num_nodes} node(s)")
-    return {
-        PET_NNODES: str(num_nodes),
-        PET_NPROC_PER_NODE: nproc_per_node(resources or {}, num_proc_per_node),
-        PET_NODE_RANK: str(node_rank),
-        PET_MASTER_ADDR: master_addr or f"{trainjob}-{NODE}-0-0.{trainjob}",
-        PET_MASTER_PORT: str(master_port),
-    }
 
 
 # ---- running the nodes ----------------------------------------------------------------------------
@@ -124,8 +52,8 @@ def _unshare_argv() -> list[str] | None:
         return None
     argv = [binary, "--net"] + ([] if os.geteuid() == 0 else ["--map-root-user"])
     try:
-        probe = subprocess.run([*argv, "true"], check=False, capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
+        probe = proc.run([*argv, "true"], check=False, timeout=10)
+    except proc.CommandError:
         return None
     return argv if probe.returncode == 0 else None
 
@@ -151,25 +79,24 @@ def launch(spec: dict) -> dict:
     if spec.get("netns"):
         _loopback_up()
     started = time.monotonic()
-    procs: list[subprocess.Popen] = []
+    procs: list[proc.Popen] = []
     inherited = {k: v for k, v in os.environ.items() if not k.startswith("PET_") and k != "TRAINSTACK_OUTPUT_DIR"}
     for node in spec["nodes"]:
         with open(node["stdout"], "wb") as out, open(node["stderr"], "wb") as err:
-            procs.append(subprocess.Popen(node["argv"], env={**inherited, **node["env"]}, cwd=spec["cwd"],
-                                          stdout=out, stderr=err,
-                                          stdin=subprocess.DEVNULL, start_new_session=True))
+            procs.append(proc.start(node["argv"], env={**inherited, **node["env"]}, cwd=spec["cwd"],
+                                    stdout=out, stderr=err, stdin=proc.DEVNULL, start_new_session=True))
 
-    def stop(proc: subprocess.Popen) -> None:
+    def stop(node: proc.Popen) -> None:
         for sig in (signal.SIGTERM, signal.SIGKILL):
-            if proc.poll() is not None:
+            if node.poll() is not None:
                 return
             try:
-                os.killpg(proc.pid, sig)
+                os.killpg(node.pid, sig)
             except ProcessLookupError:
                 return
             try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
+                node.wait(timeout=5)
+            except proc.TimeoutExpired:
                 pass
 
     previous = signal.signal(signal.SIGTERM, _interrupt)
@@ -180,26 +107,26 @@ def launch(spec: dict) -> dict:
     try:
         while any(p.poll() is None for p in procs):
             now = time.monotonic()
-            for i, proc in enumerate(procs):
-                if first_failure is None and proc.poll() not in (None, 0):
+            for i, node in enumerate(procs):
+                if first_failure is None and node.poll() not in (None, 0):
                     first_failure, failed_at = i, now
             if now - started > spec["timeout"]:
                 timed_out = True
             if timed_out or (failed_at is not None and now - failed_at > STOP_GRACE_S):
-                for i, proc in enumerate(procs):
-                    if proc.poll() is None:
+                for i, node in enumerate(procs):
+                    if node.poll() is None:
                         stopped.add(i)
-                        stop(proc)
+                        stop(node)
             time.sleep(0.1)
     except KeyboardInterrupt:
-        for i, proc in enumerate(procs):
+        for i, node in enumerate(procs):
             stopped.add(i)
-            stop(proc)
+            stop(node)
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
-    for i, proc in enumerate(procs):
-        if first_failure is None and proc.returncode != 0 and i not in stopped:
+    for i, node in enumerate(procs):
+        if first_failure is None and node.returncode != 0 and i not in stopped:
             first_failure = i
     return {"exit_codes": [p.returncode for p in procs], "stopped": sorted(stopped), "timed_out": timed_out,
             "first_failure": first_failure, "wall_s": round(time.monotonic() - started, 3)}
@@ -211,17 +138,17 @@ def _launch_isolated(spec: dict, workdir: Path, unshare: list[str] | None) -> di
         return launch(spec)
     spec_path, result_path = workdir / "launch.json", workdir / "launch-result.json"
     spec_path.write_text(json.dumps({**spec, "netns": True}))
-    child = subprocess.Popen([*unshare, sys.executable, "-m", "trainstack.smoke", str(spec_path), str(result_path)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
-                             env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
-                                 str(paths.PACKAGE_DIR.parent), os.environ.get("PYTHONPATH")]))})
+    child = proc.start([*unshare, sys.executable, "-m", "trainstack.smoke", str(spec_path), str(result_path)],
+                       stdout=proc.PIPE, stderr=proc.STDOUT, start_new_session=True,
+                       env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [
+                           str(paths.PACKAGE_DIR.parent), os.environ.get("PYTHONPATH")]))})
     try:
         output, _ = child.communicate(timeout=spec["timeout"] + 4 * STOP_GRACE_S)
-    except (KeyboardInterrupt, subprocess.TimeoutExpired) as err:
+    except (KeyboardInterrupt, proc.TimeoutExpired) as err:
         child.send_signal(signal.SIGTERM)  # the launcher stops its nodes on SIGTERM
         try:
             child.wait(timeout=3 * STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
+        except proc.TimeoutExpired:
             os.killpg(child.pid, signal.SIGKILL)
         if isinstance(err, KeyboardInterrupt):
             raise
@@ -244,10 +171,9 @@ _PROBE = ("import json, warnings; warnings.filterwarnings('ignore'); import torc
 
 def probe_torch(python: str) -> dict:
     """What torch `python` has; a clear error when it has none."""
-    try:
-        result = subprocess.run([python, "-c", _PROBE], check=False, capture_output=True, text=True, timeout=300)
-    except OSError as err:
-        raise UserError(f"cannot run Python interpreter {python}: {err.strerror}") from err
+    # a missing or unrunnable interpreter (or one past the timeout) is a CommandError naming it
+    result = proc.run([python, "-c", _PROBE], check=False, timeout=300, what=f"Python interpreter {python}",
+                      hint="pass --python with an interpreter that has torch")
     if result.returncode != 0:
         lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()] or ["no output"]
         if "No module named 'torch'" in result.stderr:
@@ -292,8 +218,7 @@ def check_checkpoint(python: str, checkpoint: Path) -> dict:
             "f = s['config']['features']; out = s['module'](torch.zeros(2, f)); "
             "print(json.dumps({'step': s['step'], 'params': sum(p.numel() for p in s['module'].parameters()), "
             "'output_shape': list(out.shape), 'optimizer_state': len(s['optimizer']['state'])}))")
-    result = subprocess.run([python, "-c", code, str(script_path().parent), str(checkpoint)],
-                            check=False, capture_output=True, text=True, timeout=300)
+    result = proc.run([python, "-c", code, str(script_path().parent), str(checkpoint)], check=False, timeout=300)
     if result.returncode != 0:
         lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()] or ["no output"]
         raise UserError(f"the checkpoint {checkpoint} does not load: {lines[-1].strip()}")
@@ -341,8 +266,6 @@ def run_smoke(args: argparse.Namespace) -> dict:
     unshare = None if args.network == "host" else _unshare_argv()
     if args.network == "namespace" and unshare is None:
         raise UserError("--network namespace: 'unshare --net' is not permitted here", "use --network host")
-    from .cluster.local import free_port
-
     port = free_port()
     workdir, made = _workdir(args.workdir)
     output_dir = workdir / "output"
@@ -437,8 +360,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_install(args: argparse.Namespace) -> int:
-    from . import trainenv
-
     rows = trainenv.ensure(profile=args.profile)
     progress.table("trainstack smoke install (lock: python.train)", ["package", "locked", "version", "action",
                                                                      "seconds"],

@@ -11,6 +11,7 @@ one line naming the team and the field, leaving the file untouched.
 from __future__ import annotations
 
 import argparse
+import copy
 import difflib
 import io
 import json
@@ -19,18 +20,23 @@ import sys
 import tempfile
 from pathlib import Path
 
-from . import cmdline, deps, helm, paths, progress
+import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml.comments import CommentedMap, CommentedSeq
+from ruamel.yaml.error import YAMLError
+from ruamel.yaml.scalarstring import DoubleQuotedScalarString
+
+from . import api, cmdline, deps, helm, paths, proc, progress, tools
 from . import lock as lockmod
 from .errors import UsageError, UserError, output_line
+from .render import overlay_dir, values_files
 
 RESERVED = ("defaults", "kueue")
 _YAML11_BOOLS = {"y", "n", "yes", "no", "on", "off", "true", "false"}
 _CHART_ERROR = re.compile(r"^Error: (?:.*?execution error at \([^)]*\): )?")
 
 
-def _yaml():
-    from ruamel.yaml import YAML
-
+def _yaml() -> YAML:
     y = YAML()  # round-trip: comments, order and quoting survive
     y.preserve_quotes = True
     y.width = 4096
@@ -56,8 +62,6 @@ def parse_members(members: list[str], role: str) -> list[dict]:
 
 
 def team_entry(args: argparse.Namespace) -> dict:
-    from ruamel.yaml.comments import CommentedMap, CommentedSeq
-
     entry = CommentedMap()
     if args.namespace:
         entry["namespace"] = args.namespace
@@ -68,7 +72,6 @@ def team_entry(args: argparse.Namespace) -> dict:
             item.fa.set_flow_style()
             members.append(item)
     entry["members"] = members
-    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
     def quantity(value: str):  # "32" stays a string, written "32" as values files write quantities
         text = str(value)
@@ -100,11 +103,6 @@ def team_entry(args: argparse.Namespace) -> dict:
 def add(env: str, name: str, entry: dict, values_path: Path | None = None, check: bool = True) -> tuple[Path, str]:
     """Add team NAME to ENV's values file; returns (path, unified diff). Nothing is written when
     the chart rejects the result."""
-    from ruamel.yaml.comments import CommentedMap
-    from ruamel.yaml.error import YAMLError
-
-    from .render import overlay_dir, values_files
-
     path = values_path or overlay_dir(env) / "values.yaml"
     # The environment's other values files (overlays/shared/...) render with it, in its kustomization's order.
     env_files = [] if values_path else values_files(env)
@@ -131,8 +129,6 @@ def add(env: str, name: str, entry: dict, values_path: Path | None = None, check
         raise UserError(f"{rel}: teams must be a mapping of team name to team")
     if name in teams:
         raise UserError(f"{rel}: teams.{name} already exists", "edit the entry in the file, or choose another name")
-    from ruamel.yaml.scalarstring import DoubleQuotedScalarString
-
     # YAML 1.1 (Helm's parser) reads y/n/yes/no/on/off/true/false keys as booleans: quote them.
     key = DoubleQuotedScalarString(name) if name.lower() in _YAML11_BOOLS else name
     teams[key] = entry
@@ -166,9 +162,8 @@ def _render_check(values_text: str, rel: str, path: Path | None = None, env_file
         files = [handle.name if f == own else str(f) for f in env_files or []]
         if handle.name not in files:
             files.append(handle.name)
-        result = helm.run(["template", "trainstack", str(paths.chart_dir()), "--namespace", "kubeflow-system",
-                           "--kube-version", lock.kubernetes_version, *[a for f in files for a in ("-f", f)]],
-                          lock=lock, check=False)
+        result = helm.run(helm.template_args(None, *[a for f in files for a in ("-f", f)],
+                                             kube_version=lock.kubernetes_version), lock=lock, check=False)
     if result.returncode != 0:
         line = _CHART_ERROR.sub("", helm.first_error_line(result.stderr))
         raise UserError(f"{rel}: {line}", "nothing was written")
@@ -220,7 +215,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 # reads) as that member. Each row says what was expected and what the server answered; the suite
 # fails on any row whose `ok` is False. The caller's kubeconfig needs impersonation (cluster admin).
 
-TRAINJOBS = "trainjobs.trainer.kubeflow.org"
+TRAINJOBS = f"trainjobs.{api.TRAINER_GROUP}"
+CLUSTER_RUNTIMES = f"clustertrainingruntimes.{api.TRAINER_GROUP}"
 
 
 class AccessRow:
@@ -236,14 +232,10 @@ class AccessRow:
                 "detail": self.detail}
 
 
-def _kubectl(kubeconfig: Path, *args: str, input_text: str | None = None):
-    import subprocess
-
-    from . import tools
-
+def _kubectl(kubeconfig: Path, *args: str, input_text: str | None = None) -> proc.CompletedProcess:
     binary = tools.require("kubectl")
-    return subprocess.run([str(binary), "--kubeconfig", str(kubeconfig), *args], capture_output=True, text=True,
-                          input=input_text, timeout=60)
+    return proc.run([str(binary), "--kubeconfig", str(kubeconfig), *args], check=False, input=input_text,
+                    timeout=60)
 
 
 def _can_i(kubeconfig: Path, as_args: list[str], verb: str, resource: str, namespace: str | None,
@@ -262,19 +254,17 @@ def trainjob_manifest(name: str, namespace: str, team: str, runtime: str = "torc
     trainer: dict = {"numNodes": 1}
     if image:
         trainer["image"] = image
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+    return {"apiVersion": api.TRAINER_API, "kind": "TrainJob",
             "metadata": {"name": name, "namespace": namespace,
-                         "labels": {"trainstack.io/team": team, "kueue.x-k8s.io/queue-name": team}},
+                         "labels": {"trainstack.io/team": team, api.QUEUE_LABEL: team}},
             "spec": {"runtimeRef": {"name": runtime}, "trainer": trainer}}
 
 
 def access_matrix(kubeconfig: Path, user: str, own_namespace: str, other_namespace: str, team: str,
-                  groups: tuple[str, ...] = (), system_namespace: str = "kubeflow-system",
+                  groups: tuple[str, ...] = (), system_namespace: str = api.NAMESPACE,
                   runtime: str = "torch-distributed", image: str | None = None) -> list[AccessRow]:
     """What a member of `team` (user, groups) may do in its namespace, in another team's, and on the
     platform; every row is the API server's answer, with the expectation next to it."""
-    import yaml
-
     as_args = ["--as", user, *[f"--as-group={g}" for g in groups]]
     rows: list[AccessRow] = []
 
@@ -289,17 +279,17 @@ def access_matrix(kubeconfig: Path, user: str, own_namespace: str, other_namespa
         can("get", "pods", ns, mine, subresource="log")
         can("list", "pods", ns, mine)
         can("list", "events", ns, mine)
-    can("list", "clustertrainingruntimes.trainer.kubeflow.org", None, True)
-    can("get", "clustertrainingruntimes.trainer.kubeflow.org", None, True)
+    can("list", CLUSTER_RUNTIMES, None, True)
+    can("get", CLUSTER_RUNTIMES, None, True)
     for verb in ("create", "update", "patch", "delete"):
-        can(verb, "clustertrainingruntimes.trainer.kubeflow.org", None, False)
+        can(verb, CLUSTER_RUNTIMES, None, False)
     can("create", "validatingadmissionpolicies.admissionregistration.k8s.io", None, False)
     can("update", "validatingadmissionpolicybindings.admissionregistration.k8s.io", None, False)
     can("update", "configmaps", system_namespace, False)
     can("update", "resourcequotas", own_namespace, False)
     can("delete", "limitranges", own_namespace, False)
-    can("create", "localqueues.kueue.x-k8s.io", own_namespace, False)
-    can("update", "clusterqueues.kueue.x-k8s.io", None, False)
+    can("create", f"localqueues.{api.KUEUE_GROUP}", own_namespace, False)
+    can("update", f"clusterqueues.{api.KUEUE_GROUP}", None, False)
     can("create", "rolebindings.rbac.authorization.k8s.io", own_namespace, False)
 
     # real requests as the member
@@ -311,7 +301,7 @@ def access_matrix(kubeconfig: Path, user: str, own_namespace: str, other_namespa
         rows.append(AccessRow(f"submit a TrainJob in {ns} (server dry run)", mine, result.returncode == 0, detail))
     listed = _kubectl(kubeconfig, "get", "clustertrainingruntimes", "-o", "name", *as_args)
     rows.append(AccessRow("read the golden ClusterTrainingRuntimes", True,
-                          listed.returncode == 0 and f"clustertrainingruntime.trainer.kubeflow.org/{runtime}" in listed.stdout,
+                          listed.returncode == 0 and f"clustertrainingruntime.{api.TRAINER_GROUP}/{runtime}" in listed.stdout,
                           (listed.stderr or "").strip()[:200]))
     public = _kubectl(kubeconfig, "get", "configmap", "kubeflow-trainer-public", "-n", system_namespace, "-o", "name",
                       *as_args)
@@ -324,10 +314,6 @@ def member_kubeconfig(admin_kubeconfig: Path, ca_cert: Path, ca_key: Path, user:
                       out_dir: Path) -> Path:
     """A kubeconfig that authenticates as USER in GROUPS with a client certificate signed by the
     cluster CA (CN = user, O = each group): a real identity, as the Kubeflow SDK uses one."""
-    import subprocess
-
-    import yaml
-
     out_dir.mkdir(parents=True, exist_ok=True)
     key, csr, crt = out_dir / "user.key", out_dir / "user.csr", out_dir / "user.crt"
     subject = "/CN=" + user + "".join(f"/O={g}" for g in groups)
@@ -335,7 +321,7 @@ def member_kubeconfig(admin_kubeconfig: Path, ca_cert: Path, ca_key: Path, user:
                 ["openssl", "req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr)],
                 ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key),
                  "-CAcreateserial", "-days", "1", "-out", str(crt)]):
-        subprocess.run(cmd, check=True, capture_output=True, timeout=60)
+        proc.run(cmd, timeout=60)
     config = yaml.safe_load(admin_kubeconfig.read_text())
     cluster = config["clusters"][0]
     member = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster],
@@ -379,13 +365,11 @@ def sdk_as_member(member_config: Path, namespace: str, runtime: str = "torch-dis
     """Run the Kubeflow SDK as the member (its own kubeconfig): list_runtimes(), train(), get_job(),
     delete_job() in NAMESPACE. Returns {"runtimes", "job", "got", "deleted"}, or {"error", "status"}
     (status: the HTTP status of the API error underneath, 403 when RBAC refused)."""
-    import subprocess
-
     with tempfile.TemporaryDirectory(prefix="trainstack-sdk-") as tmp:
         script = Path(tmp) / "sdk_member.py"
         script.write_text(_SDK_SCRIPT)
-        result = subprocess.run([sys.executable, str(script), str(member_config), namespace, runtime],
-                                capture_output=True, text=True, timeout=180)
+        result = proc.run([sys.executable, str(script), str(member_config), namespace, runtime], check=False,
+                          timeout=180)
     lines = [ln for ln in result.stdout.splitlines() if ln.startswith("{")]
     if not lines:
         return {"error": f"sdk run failed: {(result.stderr or result.stdout).strip()[-300:]}"}
@@ -396,15 +380,11 @@ def golden_runtimes_pass_webhook(kubeconfig: Path, runtimes: list[dict]) -> list
     """Each golden ClusterTrainingRuntime without `trainer.kubeflow.org/webhook-validation:
     disabled`, created by server dry run under another name, so upstream's validating webhook
     (which must be serving) checks it. One row per runtime; `ok` when the webhook admitted it."""
-    import copy
-
-    import yaml
-
     rows = []
     for runtime in runtimes:
         obj = copy.deepcopy(runtime)
         labels = obj["metadata"].get("labels") or {}
-        labels.pop("trainer.kubeflow.org/webhook-validation", None)
+        labels.pop(f"{api.TRAINER_GROUP}/webhook-validation", None)
         obj["metadata"] = {"name": f"{obj['metadata']['name']}-webhook-check"[:63], "labels": labels}
         result = _kubectl(kubeconfig, "create", "--dry-run=server", "-o", "name", "-f", "-",
                           input_text=yaml.safe_dump(obj))

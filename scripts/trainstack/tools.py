@@ -12,13 +12,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import lock as lockmod
-from . import paths, progress
+from . import paths, proc, progress
 from .errors import UserError
 
 STAMP = ".trainstack-tool.json"
@@ -75,8 +74,8 @@ def _reports_version(binary: str, tool: lockmod.Tool) -> bool:
     if not args:
         return False
     try:
-        out = subprocess.run([binary, *args], capture_output=True, text=True, timeout=15)
-    except (OSError, subprocess.SubprocessError):
+        out = proc.run([binary, *args], check=False, timeout=15)
+    except proc.CommandError:
         return False
     text = out.stdout + out.stderr
     bare = re.escape(tool.version.lstrip("v"))
@@ -139,7 +138,7 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
     with log.open("a") as sink:
         sink.write(f"$ {' '.join(cmd)}\n")
         sink.flush()
-        result = subprocess.run(cmd, cwd=cwd, env=env, stdout=sink, stderr=subprocess.STDOUT)
+        result = proc.run(cmd, check=False, cwd=cwd, env=env, stdout=sink, stderr=proc.STDOUT)
     if result.returncode != 0:
         tail = log.read_text().strip().splitlines()[-3:]
         raise UserError(
@@ -151,8 +150,7 @@ def _run(cmd: list[str], cwd: Path, env: dict[str, str], log: Path) -> None:
 def module_info(module: str, version: str, env: dict[str, str] | None = None) -> dict:
     """`go mod download -json module@version`: fetched through the Go proxy, checksum-verified."""
     env = env or _go_env()
-    out = subprocess.run(["go", "mod", "download", "-json", f"{module}@{version}"],
-                         capture_output=True, text=True, env=env, cwd="/")
+    out = proc.run(["go", "mod", "download", "-json", f"{module}@{version}"], check=False, env=env, cwd="/")
     try:
         info = json.loads(out.stdout)
     except ValueError:
@@ -166,8 +164,7 @@ def module_info(module: str, version: str, env: dict[str, str] | None = None) ->
 def _upstream_replaces(go_mod_file: str, env: dict[str, str]) -> list[str]:
     """The module's own `replace` directives that point at a published version (not a local path),
     as `go mod edit -replace` arguments: a wrapper module needs them to build what upstream builds."""
-    out = subprocess.run(["go", "mod", "edit", "-json", go_mod_file], capture_output=True, text=True,
-                         env=env, cwd="/")
+    out = proc.run(["go", "mod", "edit", "-json", go_mod_file], check=False, env=env, cwd="/")
     if out.returncode != 0:
         raise UserError(f"cannot read {go_mod_file}: {out.stderr.strip()}")
     args = []

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
-import subprocess
 import sys
 import time
 import zipfile
@@ -29,7 +28,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from . import lock as lockmod
-from . import paths, progress
+from . import paths, proc, progress
 from .errors import UserError, output_line
 
 # Requirements of the torch wheel that CPU use never loads (checked by importing torch afterwards).
@@ -138,12 +137,11 @@ def _cached_wheel(package: str, specifier: str) -> Path | None:
 
 # ---- pip ------------------------------------------------------------------------------------------
 
-def _pip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-                          check=False, capture_output=True, text=True)
+def _pip(*args: str) -> proc.CompletedProcess:
+    return proc.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], check=False)
 
 
-def _last_line(result: subprocess.CompletedProcess) -> str:
+def _last_line(result: proc.CompletedProcess) -> str:
     return output_line(result.stderr + result.stdout, markers=("ERROR",))
 
 
@@ -156,7 +154,7 @@ def _download(*requirements: str, no_deps: bool = False) -> None:
                         "check the network to the Python package index")
 
 
-def _install_offline(*requirements: str, no_deps: bool = False) -> subprocess.CompletedProcess:
+def _install_offline(*requirements: str, no_deps: bool = False) -> proc.CompletedProcess:
     # --no-compile halves the install time; Python compiles the modules it imports on first use.
     return _pip("install", "--no-index", "--find-links", str(wheel_dir()), "--quiet", "--no-compile",
                 *(["--no-deps"] if no_deps else []), *requirements)
@@ -172,11 +170,11 @@ def _cached_install(*requirements: str, no_deps: bool = False) -> None:
         raise UserError(f"could not install {' '.join(requirements)}: {_last_line(result)}")
 
 
-def torch_import_check(python: str | None = None) -> subprocess.CompletedProcess:
+def torch_import_check(python: str | None = None) -> proc.CompletedProcess:
     code = ("import warnings; warnings.filterwarnings('ignore'); import torch, torch.distributed as d; "
             "assert d.is_available(); torch.nn.Linear(2, 1)(torch.ones(1, 2)).sum().backward(); "
             "print(torch.__version__)")
-    return subprocess.run([python or sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    return proc.run([python or sys.executable, "-c", code], check=False)
 
 
 def _environment_key(path: list[str] | None = None) -> str:

@@ -69,9 +69,9 @@ def test_the_three_validators_agree_where_their_coverage_overlaps(record):
 
 def test_the_scalar_cache_stays_bounded_however_many_unique_values():
     """Memory must not grow with the number of documents: unique names do not pile up in the cache."""
-    from trainstack.validate import documents
+    from trainstack.validate import yamlvalues
 
-    for i in range(documents._CACHE_MAX * 2 + 5):
-        assert documents.resolve_plain(f"deployment-{i}") == f"deployment-{i}"
-        assert len(documents._cache) <= documents._CACHE_MAX
-    assert documents.resolve_plain("0x1F") == 31 and documents.resolve_plain("on") is True
+    for i in range(yamlvalues._CACHE_MAX * 2 + 5):
+        assert yamlvalues.resolve_plain(f"deployment-{i}") == f"deployment-{i}"
+        assert len(yamlvalues._cache) <= yamlvalues._CACHE_MAX
+    assert yamlvalues.resolve_plain("0x1F") == 31 and yamlvalues.resolve_plain("on") is True

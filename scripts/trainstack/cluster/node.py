@@ -17,7 +17,6 @@ Settings this host kind needs (see the README): `failCgroupV1: false` and the cg
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,8 +24,8 @@ from typing import Any
 
 import yaml
 
+from .. import images, proc, tools
 from .. import lock as lockmod
-from .. import tools
 from ..errors import UserError
 from . import sandbox as sandboxmod
 from .sandbox import NODE_IP, Sandbox
@@ -47,7 +46,7 @@ STORAGE_CLASS = "standard"
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, stdin=subprocess.DEVNULL)
+    result = proc.run(cmd, check=False, cwd=cwd, stdin=proc.DEVNULL)
     if result.returncode != 0:
         raise UserError(f"'{' '.join(cmd[:3])}' failed: {(result.stderr or result.stdout).strip()[-300:]}")
 
@@ -96,7 +95,7 @@ class RealNode:
     api_port: int
     cache: Path  # persistent across runs: the registry's storage
     lock: lockmod.Lock
-    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    procs: dict[str, proc.Popen] = field(default_factory=dict)
     commands: dict[str, tuple[list[str], Path, dict[str, str]]] = field(default_factory=dict)
 
     @property
@@ -217,8 +216,6 @@ state = "{d}/containerd/state"
             registry_config(self.cache / "registry", f"127.0.0.1:{REGISTRY_PORT}")))
 
     def pause_image(self) -> str:
-        from .. import images
-
         return images.reference("pause", self.lock)
 
     # -- processes ------------------------------------------------------------------------------
@@ -246,7 +243,7 @@ state = "{d}/containerd/state"
             "kube-proxy", [str(b["kube-proxy"]), "--config", str(self.dir / "kube-proxy.yaml"), "--v=1"],
             self.logs_dir / "kube-proxy.log", env=env)
 
-    def _start(self, name: str, cmd: list[str], log: Path, env: dict[str, str]) -> subprocess.Popen:
+    def _start(self, name: str, cmd: list[str], log: Path, env: dict[str, str]) -> proc.Popen:
         self.commands[name] = (cmd, log, env)
         return self.sandbox.start(name, cmd, log, env=env)
 
@@ -254,19 +251,19 @@ state = "{d}/containerd/state"
         """Stop one node daemon (kubelet, containerd, kube-proxy) and start it again as it was started (a fault
         test: what systemd does on a crash or `systemctl restart`). Running containers keep running (their
         shims outlive containerd; kubelet re-adopts its pods). Returns the seconds it was away."""
-        proc = self.procs.get(name)
-        if proc is None or name not in self.commands:
+        daemon = self.procs.get(name)
+        if daemon is None or name not in self.commands:
             raise UserError(f"the real node has no running {name}")
         start = time.monotonic()
         if kill:
-            proc.kill()
+            daemon.kill()
         else:
-            proc.terminate()
+            daemon.terminate()
         try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            daemon.wait(timeout=20)
+        except proc.TimeoutExpired:
+            daemon.kill()
+            daemon.wait()
         cmd, log, env = self.commands[name]
         self.procs[name] = self.sandbox.start(name, cmd, log, env=env)
         if name == "containerd":

@@ -20,13 +20,14 @@ import json
 import os
 import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import proc
 from ..errors import UserError
+from .common import pid_alive
 
 PREFIX = "trainstack-"
 NETNS_DIR = Path("/run/netns")
@@ -50,8 +51,8 @@ REQUIRED_CONTROLLERS = ("cpu", "cpuacct", "cpuset", "memory", "pids")
 HOST_COMMANDS = ("ip", "nsenter", "unshare", "iptables", "mount", "openssl")
 
 
-def _run(cmd: list[str], check: bool = True) -> subprocess.CompletedProcess:
-    result = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+def _run(cmd: list[str], check: bool = True) -> proc.CompletedProcess:
+    result = proc.run(cmd, check=False, stdin=proc.DEVNULL)
     if check and result.returncode != 0:
         last = (result.stderr or result.stdout).strip().splitlines()
         raise UserError(f"'{' '.join(cmd[:5])}' failed: {last[-1] if last else 'no output'}")
@@ -150,17 +151,17 @@ class Sandbox:
              "echo ready", "exec sleep infinity"]
         )
         log = (self.workdir / "holder.log").open("w")
-        proc = subprocess.Popen(
+        holder = proc.start(
             ["nsenter", f"--net={self.netns_path}", "unshare", "--mount", "--propagation", "private",
              "sh", "-c", script],
-            stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL, text=True, start_new_session=True,
+            stdout=proc.PIPE, stderr=log, stdin=proc.DEVNULL, text=True, start_new_session=True,
         )
-        line = proc.stdout.readline() if proc.stdout else ""
+        line = holder.stdout.readline() if holder.stdout else ""
         if line.strip() != "ready":
-            proc.kill()
+            holder.kill()
             raise UserError(f"the cluster's mount namespace could not be set up: {(self.workdir / 'holder.log').read_text().strip()[-300:]}")
         # nsenter execs unshare, which execs sh, which execs sleep: the same pid throughout
-        self.holder_pid = proc.pid
+        self.holder_pid = holder.pid
 
     def _make_cgroups(self) -> None:
         for hierarchy in controllers():
@@ -184,18 +185,18 @@ class Sandbox:
         TIMEOUT passes or ALIVE() says the server exited first."""
         deadline = time.monotonic() + timeout
         probe = [*self.enter_net(), "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"]
-        while subprocess.run(probe, capture_output=True).returncode != 0:
+        while not proc.succeeds(probe):
             if time.monotonic() > deadline or not alive():
                 return False
             time.sleep(0.2)
         return True
 
-    def start(self, name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    def start(self, name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> proc.Popen:
         """A daemon inside the sandbox, its output in `log`."""
         log.parent.mkdir(parents=True, exist_ok=True)
         sink = log.open("a")
-        return subprocess.Popen([*self.enter(), *cmd], stdout=sink, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True)
+        return proc.start([*self.enter(), *cmd], stdout=sink, stderr=proc.STDOUT,
+                          stdin=proc.DEVNULL, env=env, start_new_session=True)
 
     def _save(self) -> None:
         OWNERS_DIR.mkdir(parents=True, exist_ok=True)
@@ -315,8 +316,6 @@ def stale() -> list[Sandbox]:
 
 
 def _owner_alive(netns: str) -> bool:
-    from .local import pid_alive
-
     try:
         pid = int(json.loads((OWNERS_DIR / f"{netns}.json").read_text())["owner_pid"])
     except (OSError, ValueError, KeyError):
@@ -357,16 +356,16 @@ def log_tail(log: Path, lines: int = 2, width: int = 500) -> str:
     return " | ".join((bad or text)[-lines:])[:width]
 
 
-def stop_all(procs: list[subprocess.Popen], grace: float = 3) -> None:
+def stop_all(procs: list[proc.Popen], grace: float = 3) -> None:
     """Terminate every process at once, then kill what is left after GRACE seconds in all (daemons
     of a test cluster have nothing to hand over)."""
-    for proc in procs:
-        if proc.poll() is None:
-            proc.terminate()
+    for process in procs:
+        if process.poll() is None:
+            process.terminate()
     deadline = time.monotonic() + grace
-    for proc in procs:
+    for process in procs:
         try:
-            proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except proc.TimeoutExpired:
+            process.kill()
+            process.wait()

@@ -25,15 +25,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import api, render
+
 V1_GROUP = "kubeflow.org"
-TRAINER_API = "trainer.kubeflow.org/v1alpha1"
-GROUP = "trainer.kubeflow.org"
-ANCESTOR = "trainer.kubeflow.org/trainjob-ancestor-step"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+TRAINER_API = api.TRAINER_API
+GROUP = api.TRAINER_GROUP
+ANCESTOR = api.ANCESTOR_LABEL
+QUEUE_LABEL = api.QUEUE_LABEL
 PATCH_MANAGER = "trainstack.io/convert"
 ACCELERATOR_LABEL = "trainstack.io/accelerator"
 ALIAS_LABEL = "trainstack.io/alias-of"
-PART_OF = ("app.kubernetes.io/part-of", "trainstack")
+PART_OF = api.PART_OF
 GPU_RESOURCES = {"nvidia.com/gpu": "nvidia", "amd.com/gpu": "amd"}
 DROP_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
 
@@ -190,8 +192,6 @@ def runtimes_from_objects(objects: list[dict[str, Any]]) -> list[Runtime]:
 
 def load_runtimes(env: str) -> list[Runtime]:
     """The golden runtimes environment `env` installs (the chart rendered with its values)."""
-    from .. import render
-
     return runtimes_from_objects(render.render_objects(env))
 
 

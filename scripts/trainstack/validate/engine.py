@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..jsontypes import json_type
-from . import documents, formats, semantics, structural
+from . import documents, formats, policies, semantics, structural
 from .documents import Document
 from .report import ERROR, WARNING, Finding, Result
 from .schemas import Catalog, KindInfo, _Broken
@@ -333,8 +333,6 @@ def run(catalog: Catalog, files: list[str], options: Options, texts: dict[str, s
     if outcome.crds and outcome.unknown:
         _revalidate_with_input_crds(validator, outcome, texts)
     if options.policies:
-        from . import policies
-
         outcome.findings.extend(policies.evaluate(outcome.objects, catalog))
     order = {file: i for i, file in enumerate(files)}
     outcome.findings.sort(key=lambda f: (order.get(f.file, len(order)), f.document, f.line, f.path, f.rule, f.message))

@@ -9,8 +9,12 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 from xml.sax.saxutils import escape, quoteattr
+
+from .. import __version__
 
 ERROR = "error"
 WARNING = "warning"
@@ -140,8 +144,6 @@ def to_junit(result: Result) -> str:
 
 def to_sarif(result: Result, version: str = "") -> str:
     """SARIF 2.1.0: one run, the rules used, one result per finding with a physical location."""
-    from .. import __version__
-
     used = sorted({f.rule for f in result.findings} | set(RULES))
     rules = [{"id": r, "name": r, "shortDescription": {"text": RULES.get(r, r)},
               "defaultConfiguration": {"level": "error"}} for r in used]
@@ -176,9 +178,6 @@ def to_sarif(result: Result, version: str = "") -> str:
 
 def _uri(file: str) -> str:
     """A SARIF artifact URI: file:// for absolute paths, a relative reference otherwise."""
-    from pathlib import Path
-    from urllib.parse import quote
-
     if file == "-":
         return "stdin"
     if file.startswith("<"):  # a rendered environment: "<render --env dev>" -> "render-env-dev"

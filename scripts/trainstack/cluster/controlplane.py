@@ -1,0 +1,80 @@
+"""The kwokctl configuration of the local control plane: which pinned binaries run, on which ports.
+
+etcd, kube-apiserver, kube-controller-manager, kube-scheduler and the KWOK controller are the
+pinned binaries from the tool cache, started by the pinned kwokctl (its `binary` runtime) from the
+configuration `kwokctl_config` writes. With a real node the API server also answers inside the
+sandbox and KWOK leaves that node alone.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from .. import lock as lockmod
+from . import node as nodemod
+from .kwok import stage_documents
+
+# Binaries the control plane needs, all pinned in the lock and built by `trainstack tools install`.
+BINARIES = ("kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
+# Names pods use for the API server (the `kubernetes` Service's first address included).
+REAL_NODE_SANS = ("10.96.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+                  "kubernetes.default.svc.cluster.local")
+# Components in the order kwokctl starts them; with a port base they get base+0.. in this order.
+PORT_NAMES = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
+
+
+def kwokctl_config(lock: lockmod.Lock, binaries: dict[str, Path], workdir: Path, ports: dict[str, int],
+                   cert_sans: tuple[str, ...], real_node: bool, pki: Path,
+                   host_namespaces: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The KwokctlConfiguration (binaries, ports, SANs, the real node's patches), then KWOK's stages."""
+    b = binaries
+    options: dict[str, Any] = {
+        "runtime": "binary",
+        "kubeVersion": lock.kubernetes_version,
+        "bindAddress": "127.0.0.1",
+        "kubeApiserverBinary": str(b["kube-apiserver"]),
+        "kubeControllerManagerBinary": str(b["kube-controller-manager"]),
+        "kubeSchedulerBinary": str(b["kube-scheduler"]),
+        "kubectlBinary": str(b["kubectl"]),
+        "etcdBinary": str(b["etcd"]),
+        "kwokControllerBinary": str(b["kwok"]),
+        "cacheDir": str(workdir / "cache"),
+        "kubeApiserverCertSANs": [*cert_sans, *(REAL_NODE_SANS if real_node else ())],
+        "disableQPSLimits": True,
+    }
+    options.update(
+        {
+            "etcdPort": ports["etcd"],
+            "etcdPeerPort": ports["etcd-peer"],
+            "kubeApiserverPort": ports["kube-apiserver"],
+            "kubeControllerManagerPort": ports["kube-controller-manager"],
+            "kubeSchedulerPort": ports["kube-scheduler"],
+            "kwokControllerPort": ports["kwok-controller"],
+        }
+    )
+    config: dict[str, Any] = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
+                              "options": options}
+    if real_node:
+        # Inside the sandbox: the API server also answers on the node address (pods reach it through
+        # the `kubernetes` Service), Services get a CIDR kube-proxy and CoreDNS agree on, and the API
+        # server reaches kubelets by InternalIP with a client certificate the kubelet trusts.
+        config["componentsPatches"] = [
+            {"name": "kube-apiserver", "extraArgs": [
+                {"key": "bind-address", "value": "0.0.0.0", "override": True},
+                {"key": "advertise-address", "value": nodemod.NODE_IP},
+                {"key": "service-cluster-ip-range", "value": nodemod.SERVICE_CIDR},
+                {"key": "kubelet-preferred-address-types", "value": "InternalIP"},
+                {"key": "kubelet-client-certificate", "value": str(pki / "admin.crt")},
+                {"key": "kubelet-client-key", "value": str(pki / "admin.key")},
+            ]},
+            {"name": "kube-controller-manager", "extraArgs": [
+                {"key": "service-cluster-ip-range", "value": nodemod.SERVICE_CIDR},
+            ]},
+            # KWOK plays the kubelet only for its fake nodes, never for the real one.
+            {"name": "kwok-controller", "extraArgs": [
+                {"key": "manage-all-nodes", "value": "false", "override": True},
+                {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"},
+            ]},
+        ]
+    return [config, *stage_documents(lock, host_namespaces)]
