@@ -16,6 +16,30 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from trainstack import lock as lockmod
 from trainstack import tools
 
+# The test tiers, one folder each (tests/<tier>/), cheapest first; `make test-<tier>` runs one.
+TIERS = ("unit", "chart", "integration", "e2e")
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier of a test file: the first folder under tests/ when it names one."""
+    try:
+        first = Path(path).resolve().relative_to(ROOT / "tests").parts[0]
+    except ValueError:
+        return None
+    return first if first in TIERS else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's tier marker comes from its folder, so `-m unit` (or chart, integration, e2e) picks
+    one tier; every tier but unit needs built tools, so its tests are also `slow`."""
+    for item in items:
+        tier = tier_of(item.path)
+        if tier is None:
+            continue
+        item.add_marker(tier)
+        if tier != "unit":
+            item.add_marker("slow")
+
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, input_text: str | None = None,
             timeout: float = 900) -> subprocess.CompletedProcess:

@@ -1,0 +1,19 @@
+"""The golden ClusterTrainingRuntimes: what each carries, from values, for every environment."""
+
+from __future__ import annotations
+
+import yaml
+
+from conftest import ROOT
+from runtime_support import rendered_runtimes
+
+SKELETONS = sorted((ROOT / "runtimes").glob("*.yaml"))
+def runtimes(*args: str) -> dict[str, dict]:
+    return rendered_runtimes(*args)
+
+
+def test_every_skeleton_is_a_runtime_with_framework_label():
+    for path in SKELETONS:
+        skeleton = yaml.safe_load(path.read_text())
+        assert skeleton["kind"] == "ClusterTrainingRuntime", path
+        assert skeleton["metadata"]["labels"]["trainer.kubeflow.org/framework"], path
