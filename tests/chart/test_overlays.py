@@ -173,14 +173,14 @@ def test_objects_added_or_removed_per_environment_are_the_intended_ones():
                 ("ValidatingAdmissionPolicyBinding", "trainstack-image-registry")}
     labels = {("ValidatingAdmissionPolicy", "trainstack-required-labels"),
               ("ValidatingAdmissionPolicyBinding", "trainstack-required-labels")}
-    # Monitoring (tests/test_monitoring.py checks the objects themselves).
+    # Monitoring (tests/chart/test_monitoring.py checks the objects themselves).
     monitoring = {(kind, f"trainstack-{c}-metrics") for kind in ("Service", "NetworkPolicy") for c in ("trainer", "jobset")}
     monitoring |= {("ServiceMonitor", "trainstack-trainer"), ("ServiceMonitor", "trainstack-jobset"),
                    ("PrometheusRule", "trainstack"), ("ConfigMap", "trainstack-dashboard-trainstack"),
                    ("ClusterRole", "trainstack-metrics-reader"), ("ClusterRoleBinding", "trainstack-metrics-reader"),
                    ("ServiceAccount", "trainstack-metrics-scraper"), ("Secret", "trainstack-metrics-scraper-token")}
     assert ids("staging") - dev == pdbs | registry | monitoring and dev - ids("staging") == set()
-    # prod's example teams (its own overlays/prod/values.yaml; tests/test_teams.py checks the objects themselves)
+    # prod's example teams (its own overlays/prod/values.yaml; tests/chart/test_teams.py checks the objects themselves)
     teams = {(d["kind"], d["metadata"]["name"]) for d in rendered("prod") if "trainstack.io/team" in d["metadata"]["labels"]}
     assert ("Namespace", "team-a") in teams and ("ResourceQuota", "trainstack-team") in teams
     assert ids("prod") - dev == pdbs | registry | labels | monitoring | teams and dev - ids("prod") == set()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from conftest import ROOT, helm_template, run_cli
+from conftest import ROOT, helm_template, render_env, run_cli
 from runtime_support import by_name, docs_of_kind, rendered_runtimes
 
 pytestmark = pytest.mark.slow
@@ -188,7 +188,7 @@ def test_sdk_default_name_must_exist(chart_ready):
 @pytest.mark.parametrize("env", sorted(p.parent.name for p in (ROOT / "overlays").glob("*/kustomization.yaml")
                                        if p.parent.name not in ("base", "argocd")))
 def test_sdk_default_runtime_resolves_in_every_environment(chart_ready, env):
-    result = run_cli("render", "--env", env)
+    result = render_env(env)
     assert result.returncode == 0, result.stderr
     found = by_name(docs_of_kind(result.stdout, "ClusterTrainingRuntime"))
     assert found["torch-distributed"]["metadata"]["labels"]["trainer.kubeflow.org/framework"] == "torch"
@@ -221,7 +221,7 @@ def test_readme_table_lists_what_the_chart_renders(default_runtimes):
 def test_example_trainjobs_pass_prod_validation_and_policies(chart_ready):
     import json
 
-    prod = {d["metadata"]["name"] for d in docs_of_kind(run_cli("render", "--env", "prod").stdout, "ClusterTrainingRuntime")}
+    prod = {d["metadata"]["name"] for d in docs_of_kind(render_env("prod").stdout, "ClusterTrainingRuntime")}
     files = [str(p) for p in sorted((ROOT / "examples" / "trainjobs").glob("*.yaml"))
              if yaml.safe_load(p.read_text())["spec"]["runtimeRef"]["name"] in prod]
     assert len(files) >= 6

@@ -194,17 +194,6 @@ def test_rbac_for_a_namespace_is_namespaced_and_least_privilege():
 
 
 @pytest.mark.slow
-def test_rbac_manifests_validate(tmp_path):
-    path = tmp_path / "rbac.yaml"
-    path.write_text(yaml.safe_dump_all(tp.rbac_manifests("team-b")))
-    result = subprocess.run([sys.executable, "-m", "trainstack", "validate", str(path), str(tp.RBAC)],
-                            capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
-    assert result.returncode == 0, result.stdout + result.stderr
-
-
-# ---- the steps, run by kfp.local ------------------------------------------------------------------
-
-@pytest.mark.slow
 def test_a_missing_kubeconfig_is_one_line(tmp_path):
     result = subprocess.run([sys.executable, str(PIPELINES / "train_pipeline.py"), "run", "--kubeconfig",
                              str(tmp_path / "missing"), "--namespace", "team-a"],

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import yaml
-
 from trainstack import images
 from trainstack.cluster import node as nodemod
 from trainstack.cluster.local import NodePool
@@ -47,17 +45,6 @@ def test_kwok_pools_beside_a_real_node_are_tainted_and_absent_with_real_only():
     assert localprov.simulated_pools(pools, "kwok") == pools
 
 
-def test_mirror_values_point_every_image_at_the_clusters_registry(lock, tmp_path):
-    values = yaml.safe_load(localprov.mirror_values(lock, tmp_path / "v.yaml").read_text())
-    mirror = nodemod.MIRROR
-    assert values["global"]["imageRegistry"] == mirror
-    assert values["kubeflow-trainer"]["image"]["registry"] == mirror
-    assert values["jobset"]["image"]["repository"] == f"{mirror}/{lock.image('jobset-controller').repository}"
-    torch = values["images"]["torch"]
-    assert f"{torch['registry']}/{torch['repository']}:{torch['tag']}" == images.reference("torch-cpu", lock)
-    assert values["runtimes"]["defaults"]["output"]["storageClassName"] == nodemod.STORAGE_CLASS
-
-
 def test_upstream_images_keep_the_locks_repository_and_tag(lock):
     for name in images.names(lock):
         entry = images.spec(name, lock)
@@ -78,18 +65,3 @@ def test_static_volumes_are_a_default_class_with_retained_hostpath_pvs(tmp_path)
     assert sc["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
     assert len(pvs) == 3 and all(pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain" for pv in pvs)
     assert all((tmp_path / "volumes" / f"pv-{i}").is_dir() for i in range(3))
-
-
-def test_node_prereqs_check_names_a_package_not_at_its_pinned_version(tmp_path, lock):
-    from conftest import run_cli
-
-    assert run_cli("node", "prereqs", "--check").returncode == 0, "make setup installs the pinned packages"
-    data = yaml.safe_load(lock.path.read_text())
-    data["debian"]["runc"] = "0.0.1-not-this-one"
-    broken = tmp_path / "lock.yaml"
-    broken.write_text(yaml.safe_dump(data))
-    result = run_cli("node", "prereqs", "--check", "--output", "json", env={"TRAINSTACK_LOCK": str(broken)})
-    assert result.returncode == 1
-    import json
-
-    assert json.loads(result.stdout)["missing"] == {"runc": "0.0.1-not-this-one"}

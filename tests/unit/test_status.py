@@ -1,5 +1,5 @@
 """`trainstack status` without a cluster: TrainJob states, ages, the summary, bad contexts.
-(On a real API server with 1,000 TrainJobs: tests/e2e/test_status_scale.py.)"""
+(On a real API server with 1,000 TrainJobs: tests/integration/test_status_scale.py.)"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Fixtures of the offline validate tests: the schema catalog."""
+"""Fixtures of the validate tests of the chart tier: the schema catalog (it reads the chart dependencies' CRDs)."""
 
 from __future__ import annotations
 
