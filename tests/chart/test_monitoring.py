@@ -7,6 +7,7 @@ chart wires metrics only when asked, and the ServiceMonitors only where the Prom
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -32,12 +33,16 @@ def run_tool(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 
 
 def render(*args: str) -> list[dict]:
-    """helm template of the chart without CRDs (not needed here), parsed with the C loader."""
+    """helm template of the chart without CRDs (not needed here), parsed with the C loader: rendered once
+    per session and argument list, parsed afresh for each caller."""
+    return [d for d in yaml.load_all(_template(args), Loader=yaml.CSafeLoader) if isinstance(d, dict) and d]
+
+
+@functools.cache
+def _template(args: tuple[str, ...]) -> str:
     from trainstack import helm
 
-    result = helm.run(["template", "trainstack", str(ROOT / "charts" / "trainstack"), "--namespace",
-                       "kubeflow-system", *args])
-    return [d for d in yaml.load_all(result.stdout, Loader=yaml.CSafeLoader) if isinstance(d, dict) and d]
+    return helm.run(helm.template_args(ROOT / "charts" / "trainstack", *args)).stdout
 
 
 def rule_groups(docs: list[dict]) -> list[dict]:

@@ -27,6 +27,8 @@ TEST_THRESHOLDS = ("--set", "monitoring.alerts.waitingFor=30m", "--set", "monito
                    "--set", "monitoring.alerts.certificateExpiryDays=21",
                    "--set", "monitoring.alerts.blackboxJob=blackbox")
 ALERTS_TEST = ROOT / "tests" / "monitoring" / "alerts_test.yaml"
+
+
 def run_tool(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, check=False, **kwargs)
 
@@ -52,6 +54,8 @@ def alerts(groups: list[dict]) -> dict[str, dict]:
 
 # Kueue is wired where the chart can install it (the `kueue` dependency, `kueue.install`).
 WITH_KUEUE = "kueue" in (yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text()) or {})
+
+
 @pytest.fixture(scope="module")
 def forced(chart_ready) -> list[dict]:
     """Monitoring on with the LWS data cache (and Kueue), so every controller is wired."""

@@ -15,6 +15,8 @@ import pytest
 from conftest import ROOT, assert_one_line_error, run_cli
 
 CORPUS = ROOT / "tests" / "convert_v1"
+
+
 @pytest.mark.parametrize(
     ("text", "fragments"),
     [

@@ -3,15 +3,9 @@ way `helm install` with its defaults would, and from the trainstack chart; bad i
 
 from __future__ import annotations
 
-from conftest import ROOT
-from trainstack import helm, migrate, render
+from trainstack import migrate
 
 NS = "kubeflow-system"
-
-
-def trainstack(env: str = "dev") -> list[dict]:
-    return migrate.objects(helm.run(["template", "trainstack", str(ROOT / "charts/trainstack"), "--namespace", NS,
-                                     *render.value_args(env)]).stdout)
 
 
 def by_step(actions: list[migrate.Action]) -> dict[str, list[str]]:

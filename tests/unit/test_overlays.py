@@ -10,6 +10,8 @@ from conftest import ROOT
 from gitops_support import ENVIRONMENTS
 
 HA_ENVS = {"staging", "prod"}
+
+
 def test_environments_are_the_overlay_folders():
     from trainstack import render
 

@@ -5,11 +5,8 @@ from __future__ import annotations
 import yaml
 
 from conftest import ROOT
-from runtime_support import rendered_runtimes
 
 SKELETONS = sorted((ROOT / "runtimes").glob("*.yaml"))
-def runtimes(*args: str) -> dict[str, dict]:
-    return rendered_runtimes(*args)
 
 
 def test_every_skeleton_is_a_runtime_with_framework_label():
