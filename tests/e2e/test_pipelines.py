@@ -160,6 +160,47 @@ def _play_the_controller(cluster, namespace: str, condition: dict, seen: set) ->
 
 
 @pytest.mark.e2e
+def test_on_the_api_server_the_step_submits_as_the_service_account_waits_and_outputs(apiserver, tmp_path):
+    cluster, seen = apiserver["cluster"], set()
+    player = _play_the_controller(cluster, "team-a", {"type": "Complete", "reason": "JobsCompleted",
+                                                      "message": "jobs completed"}, seen)
+    out = tp.run_training_step(apiserver["sa_kubeconfig"], "team-a", workdir=tmp_path, queue="team-a-queue",
+                               script=tp.TRAIN_SCRIPT.read_text(), script_args=["--steps", "5"], timeout_seconds=120)
+    player.join(timeout=5)
+    name = out["trainjob"]
+    assert out["output_claim"] == f"output-{name}" and out["output_mount_path"] == "/workspace/output"
+    job = cluster.kubectl_json("get", "trainjob", name, "-n", "team-a")
+    assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a-queue"
+    assert job["spec"]["runtimeRef"]["name"] == "torch-distributed" and job["spec"]["trainer"]["numNodes"] == 2
+    assert "'argv': ['--steps', '5']" in job["spec"]["trainer"]["command"][2]  # train_ddp.py and its arguments
+
+
+@pytest.mark.e2e
+def test_on_the_api_server_a_failed_trainjob_fails_the_step_with_its_reason(apiserver, tmp_path, capsys):
+    cluster = apiserver["cluster"]
+    seen = set(_names(cluster, "team-a"))
+    player = _play_the_controller(cluster, "team-a", {"type": "Failed", "reason": "FailedJobs",
+                                                      "message": "jobset failed: job node failed"}, seen)
+    message = step_fails(capsys, apiserver["sa_kubeconfig"], tmp_path, script="print(1)", timeout_seconds=120)
+    player.join(timeout=5)
+    assert message.startswith("TrainJob team-a/") and message.endswith(
+        " failed: FailedJobs: jobset failed: job node failed"), message
+
+
+@pytest.mark.e2e
+def test_on_the_api_server_a_policy_denial_is_one_line_with_the_policys_message(apiserver, tmp_path, capsys):
+    deadline = time.monotonic() + 30  # a new ValidatingAdmissionPolicy takes effect within seconds
+    while True:
+        message = step_fails(capsys, apiserver["sa_kubeconfig"], tmp_path / str(int(time.monotonic())),
+                              script="print(1)", image="docker.io/library/python:latest", timeout_seconds=30)
+        if "was not created" in message or time.monotonic() > deadline:
+            break
+        _delete_trainjobs(apiserver["cluster"], "team-a")
+    assert message.startswith("run_trainjob: the TrainJob was not created in team-a on runtime torch-distributed: "), message
+    assert "trainstack-image-tag" in message and "denied" in message, message
+
+
+@pytest.mark.e2e
 @pytest.mark.torch
 def test_on_the_api_server_run_local_runs_the_three_steps_in_order(apiserver, tmp_path, capsys):
     """The whole pipeline through run_local: the real data step, the training step (its TrainJob ended by
@@ -188,6 +229,25 @@ def test_on_the_api_server_run_local_runs_the_three_steps_in_order(apiserver, tm
 
 def _names(cluster, namespace: str) -> list[str]:
     return [j["metadata"]["name"] for j in cluster.kubectl_json("get", "trainjobs", "-n", namespace)["items"]]
+
+
+def _delete_trainjobs(cluster, namespace: str) -> None:
+    cluster.kubectl("delete", "trainjobs", "--all", "-n", namespace, "--wait=false")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("namespace", "inputs", "expected"), [
+    ("team-a", {"runtime": "nope"},
+     "run_trainjob: runtime 'nope' does not exist in namespace team-a or cluster-wide (runtimes: no-output, torch-distributed)"),
+    ("team-b", {}, "run_trainjob: namespace team-b: this step may not read TrainingRuntimes there (403 "),
+    ("team-a", {"timeout_seconds": 12}, " did not finish within 12s (status Created)"),
+    ("team-a", {"runtime": "no-output"}, ("run_trainjob: runtime no-output mounts no output volume, so a checkpoint "
+                                         "would not outlive the pods: turn on runtimes.defaults.output.enabled")),
+])
+def test_on_the_api_server_bad_input_is_one_line(apiserver, tmp_path, capsys, namespace, inputs, expected):
+    message = step_fails(capsys, apiserver["sa_kubeconfig"], tmp_path, namespace=namespace, script="print(1)",
+                          **inputs)
+    assert expected in message, message
 
 
 def teardown_module() -> None:
