@@ -146,7 +146,7 @@ spec:
 
 def test_cel_message_expression_and_defaults(tmp_path: Path):
     """messageExpression is evaluated over the defaulted object (mode defaults to slow)."""
-    from corpus import by_id
+    from support.corpus import by_id
 
     code, result, _ = _run(by_id("gadget-cel-message-expression-field-path"), tmp_path)
     [finding] = [f for f in result["findings"] if f["rule"] == "cel"]
