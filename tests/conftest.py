@@ -8,10 +8,13 @@ included, is appended to PATH as one JSON line (trainstack's proc.record_to), to
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -77,6 +80,19 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, input_
 def render_env(env: str) -> subprocess.CompletedProcess:
     """`trainstack render --env ENV`, run once per session and environment (callers check the result)."""
     return run_cli("render", "--env", env)
+
+
+@functools.cache
+def rendered_file(env: str) -> Path:
+    """render_env(ENV)'s objects in a file: `validate FILE` judges what `validate --env ENV` would,
+    without rendering the environment again."""
+    result = render_env(env)
+    assert result.returncode == 0, result.stderr
+    folder = Path(tempfile.mkdtemp(prefix=f"trainstack-render-{env}-"))
+    atexit.register(shutil.rmtree, folder, True)
+    path = folder / f"{env}.yaml"
+    path.write_text(result.stdout)
+    return path
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:

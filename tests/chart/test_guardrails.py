@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from conftest import ROOT, by_kind, docs_of, helm_template, run_cli
+from conftest import ROOT, by_kind, docs_of, helm_template, rendered_file, run_cli
 from policy_examples import examples
 
 pytestmark = pytest.mark.slow
@@ -67,7 +67,7 @@ def test_offline_verdict_matches_example(chart_ready, example, tmp_path):
 
     path = tmp_path / "example.yaml"
     path.write_text(yaml.safe_dump(example.obj))
-    result = run_cli("validate", "--env", "prod", "--policies", "--output", "json", str(path))
+    result = run_cli("validate", str(rendered_file("prod")), str(path), "--policies", "--output", "json")
     report = json.loads(result.stdout)
     mine = [f for f in report["findings"] if f["file"] == str(path) and f["rule"].startswith("policy")]
     denials = [f for f in mine if f["severity"] == "error"]
