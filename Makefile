@@ -7,12 +7,15 @@ STAMP := $(VENV)/.installed
 ENV ?= dev
 PROVIDER ?= local
 PYTEST_ARGS ?=
+# The test tiers, one folder each under tests/, cheapest first (markers follow the folders: tests/conftest.py).
+TIERS := unit chart integration e2e
+TEST_TIMES := artifacts/test-times
 
-.PHONY: setup setup-chart setup-bench venv tools deps render validate test test-fast e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lint lock-check clean help
+.PHONY: setup setup-chart setup-cluster setup-bench venv tools deps render validate generate test test-fast test-unit test-chart test-integration test-e2e e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lint lock-check clean help
 .PHONY: setup-gitops e2e-gitops
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,17 +49,44 @@ validate: setup-chart ## validate ENV (default dev): schemas, CRD CEL rules, for
 docs: venv ## regenerate generated docs (chart README, README tables, values.schema.json)
 	$(TS) docs
 
+generate: docs setup-chart ## regenerate every generated file: the docs, and the chart tier's golden renders (tests/chart/golden/)
+	$(VENV)/bin/python tests/chart/golden.py write
+
 lock-check: venv ## check the lock file and Chart.lock
 	$(TS) lock check
 
 lint: setup-chart ## ruff, helm lint --strict with each environment's values, the layer contract (layers.toml, docs/architecture.md) and mypy; all pinned
 	$(TS) lint
 
-test: setup lint ## make lint, then the whole test suite (pytest); exit 5 (no tests) counts as failure
-	$(VENV)/bin/pytest $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then echo "pytest collected no tests" >&2; exit 1; fi; exit $$rc
+setup-cluster: setup-chart ## setup-chart + the cluster tools (etcd, kube-apiserver, KWOK, the controllers): no Debian packages, no torch
+	$(TS) tools install
+	$(TS) deps
 
-test-fast: venv ## the tests that need no built tools
-	$(VENV)/bin/pytest -m "not slow and not e2e" $(PYTEST_ARGS)
+# tier-TIER: pytest over tests/TIER alone (no prerequisites: the test-* targets bring them). Prints the wall
+# time and writes $(TEST_TIMES)/TIER.json (tier, seconds, exit, counts from pytest's junit XML);
+# exit 5 (no tests collected) is a failure.
+$(addprefix tier-,$(TIERS)): tier-%:
+	@mkdir -p $(TEST_TIMES); start=$$(date +%s.%N); \
+	$(VENV)/bin/pytest tests/$* --junitxml=$(TEST_TIMES)/$*.xml $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests in tests/$*" >&2; rc=1; fi; \
+	$(VENV)/bin/python tests/support/tier_times.py $* $$start $$rc $(TEST_TIMES); exit $$rc
+
+test: setup lint ## make lint, then every tier in order (unit, chart, integration, e2e; all run, any failure fails)
+	@rc=0; for tier in $(TIERS); do $(MAKE) --no-print-directory tier-$$tier || rc=1; done; exit $$rc
+
+test-unit: venv ## the unit tier (tests/unit): pure Python, no built tools, seconds
+	@$(MAKE) --no-print-directory tier-unit
+
+test-fast: test-unit ## the same as test-unit
+
+test-chart: setup-chart ## the chart tier (tests/chart): what values do to the rendered objects (helm, kustomize)
+	@$(MAKE) --no-print-directory tier-chart
+
+test-integration: setup-cluster ## the integration tier (tests/integration): one local API server with KWOK nodes and the controllers
+	@$(MAKE) --no-print-directory tier-integration
+
+test-e2e: setup ## the e2e tier (tests/e2e): the real node, torch, whole e2e, gitops and lifecycle runs
+	@$(MAKE) --no-print-directory tier-e2e
 
 e2e: setup ## smoke TrainJobs end to end (PROVIDER=local|kind|existing|auto, ENV=dev)
 	$(TS) e2e --provider $(PROVIDER) --env $(ENV)

@@ -1,10 +1,20 @@
-"""Shared fixtures: run the real CLI, render with the real pinned helm and kustomize."""
+"""Shared fixtures: run the real CLI, render with the real pinned helm and kustomize.
+
+Renders are deterministic (tests/chart/test_render.py proves it), so each environment and each
+`helm template` argument list is rendered once per session (`render_env`, `helm_template`).
+With TRAINSTACK_RECORD_COMMANDS=PATH every external command of the session, the CLI processes'
+included, is appended to PATH as one JSON line (trainstack's proc.record_to), to count them.
+"""
 
 from __future__ import annotations
 
+import atexit
+import functools
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -16,14 +26,73 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from trainstack import lock as lockmod
 from trainstack import tools
 
+# The test tiers, one folder each (tests/<tier>/), cheapest first; `make test-<tier>` runs one.
+TIERS = ("unit", "chart", "integration", "e2e")
+
+
+def tier_of(path: Path) -> str | None:
+    """The tier of a test file: the first folder under tests/ when it names one."""
+    try:
+        first = Path(path).resolve().relative_to(ROOT / "tests").parts[0]
+    except ValueError:
+        return None
+    return first if first in TIERS else None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's tier marker comes from its folder, so `-m unit` (or chart, integration, e2e) picks
+    one tier; every tier but unit needs built tools, so its tests are also `slow`."""
+    for item in items:
+        tier = tier_of(item.path)
+        if tier is None:
+            continue
+        item.add_marker(tier)
+        if tier != "unit":
+            item.add_marker("slow")
+
+
+RECORD_COMMANDS = "TRAINSTACK_RECORD_COMMANDS"
+# `python -m trainstack`, recording its commands first (only when RECORD_COMMANDS is set)
+_RECORDING_MAIN = ("import os, runpy; from pathlib import Path; from trainstack import proc; "
+                   f"proc.record_to(Path(os.environ[{RECORD_COMMANDS!r}])); "
+                   "runpy.run_module('trainstack', run_name='__main__', alter_sys=True)")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    record = os.environ.get(RECORD_COMMANDS)
+    if record:
+        from trainstack import proc
+
+        proc.record_to(Path(record).resolve())
+
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, input_text: str | None = None,
             timeout: float = 900) -> subprocess.CompletedProcess:
     """Run `trainstack ARGS` as a user would (a separate process, real exit code)."""
     environment = dict(os.environ)
     environment.update(env or {})
-    return subprocess.run([sys.executable, "-m", "trainstack", *args], capture_output=True, text=True,
+    main = ["-c", _RECORDING_MAIN] if environment.get(RECORD_COMMANDS) else ["-m", "trainstack"]
+    return subprocess.run([sys.executable, *main, *args], capture_output=True, text=True,
                           cwd=cwd or ROOT, env=environment, input=input_text, timeout=timeout)
+
+
+@functools.cache
+def render_env(env: str) -> subprocess.CompletedProcess:
+    """`trainstack render --env ENV`, run once per session and environment (callers check the result)."""
+    return run_cli("render", "--env", env)
+
+
+@functools.cache
+def rendered_file(env: str) -> Path:
+    """render_env(ENV)'s objects in a file: `validate FILE` judges what `validate --env ENV` would,
+    without rendering the environment again."""
+    result = render_env(env)
+    assert result.returncode == 0, result.stderr
+    folder = Path(tempfile.mkdtemp(prefix=f"trainstack-render-{env}-"))
+    atexit.register(shutil.rmtree, folder, True)
+    path = folder / f"{env}.yaml"
+    path.write_text(result.stdout)
+    return path
 
 
 def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -72,11 +141,17 @@ def chart_ready(helm_bin) -> Path:
 
 
 def helm_template(*args: str, binary: str = "helm", check: bool = True) -> subprocess.CompletedProcess:
+    """`helm template` of the working tree's chart (CRDs included) with ARGS, once per session and
+    argument list; with check, a failure raises (and is not remembered)."""
+    return _helm_template(args, binary, check)
+
+
+@functools.cache
+def _helm_template(args: tuple[str, ...], binary: str, check: bool) -> subprocess.CompletedProcess:
     from trainstack import helm
 
     kube = lockmod.load(ROOT / "trainstack.lock.yaml").kubernetes_version
-    return helm.run(["template", "trainstack", str(ROOT / "charts" / "trainstack"), "--namespace",
-                     "kubeflow-system", "--include-crds", "--kube-version", kube, *args],
+    return helm.run(helm.template_args(ROOT / "charts" / "trainstack", *args, include_crds=True, kube_version=kube),
                     binary=binary, check=check)
 
 
@@ -90,6 +165,6 @@ def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:
 
 @pytest.fixture(scope="session")
 def dev_render(chart_ready) -> str:
-    result = run_cli("render", "--env", "dev")
+    result = render_env("dev")
     assert result.returncode == 0, result.stderr
     return result.stdout

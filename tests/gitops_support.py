@@ -1,4 +1,4 @@
-"""Shared by tests/test_overlays.py and tests/test_argocd.py: each environment rendered once per
+"""Shared by tests/chart/test_overlays.py and tests/{unit,chart}/test_argocd.py: each environment rendered once per
 test session (through the real CLI), the pinned Argo CD sources, and CRD schemas as JSON Schemas.
 """
 
@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from conftest import ROOT, docs_of, run_cli
+from conftest import ROOT, docs_of, render_env
 
 ENVIRONMENTS = ["cpu-only", "dev", "prod", "staging"]
 MIRROR = "mirror.example.com"
@@ -36,7 +36,7 @@ CLUSTER_SCOPED_BUILTINS = {
 @functools.cache
 def rendered(env: str) -> tuple[dict, ...]:
     """`trainstack render --env ENV`, parsed (cached for the session: a render takes seconds)."""
-    result = run_cli("render", "--env", env)
+    result = render_env(env)
     assert result.returncode == 0, result.stderr
     return tuple(docs_of(result.stdout))
 

@@ -1,4 +1,4 @@
-"""Shared by tests/test_pipelines.py and tests/e2e/test_real_platform.py: the example pipeline's
+"""Shared by tests/{unit,chart,integration,e2e}/test_pipelines.py and tests/e2e/test_real_platform.py: the example pipeline's
 module, and the helpers that run its steps with kfp.local and check that a failing step says one line."""
 
 # No `from __future__ import annotations`: the pipeline defined in `score` needs real annotations (kfp).

@@ -12,7 +12,6 @@ import pytest
 from conftest import run_cli
 from trainstack.benchmarks import scale_workloads as scale
 from trainstack.cluster.local import BINARIES
-from trainstack.e2e.hostcontrollers import HostController
 
 from .conftest import need_binaries
 
@@ -52,37 +51,3 @@ def test_quick_scale_bench_completes_every_workload_on_every_path(tmp_path):
     assert data["paths"]["trainjob"]["apiserver"]["requests"].get("trainjobs/POST", 0) >= 100
     png = (tmp_path / "scale.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 20_000
-
-
-def test_host_controllers_serve_metrics_on_loopback(tmp_path):
-    ctl = HostController(deployment="jobset-controller", namespace="kubeflow-system", binary_name="jobset-controller",
-                         service_account="sa", selector={}, pod_labels={}, extra_args=[], workdir=tmp_path,
-                         config={"apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration"},
-                         webhook_port=30001, health_port=30002, metrics_port=30003)
-    assert ctl.host_config()["metrics"]["bindAddress"] == "127.0.0.1:30003"
-    assert ctl.metrics_url == "https://127.0.0.1:30003/metrics"
-
-
-def test_workload_mix_is_fixed_by_the_seed_and_in_bounds():
-    available = [name for name, _ in scale.MIX]
-    first, again = scale.workloads(300, available), scale.workloads(300, available)
-    assert first == again
-    assert {w.runtime for w in first} == set(available)
-    assert {w.num_nodes for w in first} == set(range(1, scale.MAX_NODES_PER_JOB + 1))
-    assert scale.workloads(300, available, seed=1) != first
-
-
-def test_raw_jobs_keep_the_jobset_pod_template_and_count():
-    jobset = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
-              "metadata": {"name": "w00001", "namespace": "a", "ownerReferences": [{"kind": "TrainJob"}]},
-              "spec": {"replicatedJobs": [{"name": "node", "replicas": 2, "template": {"spec": {
-                  "parallelism": 3, "completions": 3, "template": {"metadata": {"labels": {
-                      "jobset.sigs.k8s.io/jobset-name": "w00001", "app": "x"}},
-                      "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}}}]}}
-    assert scale.expected_pods(jobset) == 6
-    raw = scale.raw_jobset(jobset, "b")
-    assert raw["metadata"] == {"name": "w00001", "namespace": "b", "labels": {scale.SCALE_LABEL: "w00001"}}
-    jobs = scale.raw_jobs(jobset, "c")
-    assert [j["metadata"]["name"] for j in jobs] == ["w00001-node-0", "w00001-node-1"]
-    assert jobs[0]["spec"]["template"]["metadata"]["labels"] == {"app": "x", scale.SCALE_LABEL: "w00001"}
-    assert sum(j["spec"]["parallelism"] for j in jobs) == scale.expected_pods(jobset)

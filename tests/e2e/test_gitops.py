@@ -12,7 +12,6 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,23 +148,6 @@ def test_deleting_the_application_keeps_crds_and_trainjobs(gitops):
 
 # -- without a cluster: how Argo CD is built and what `--gitops` refuses ----------------------------
 
-def test_argocd_builds_through_a_wrapper_with_upstreams_versioned_replaces_and_the_pinned_toolchain():
-    lock = lockmod.load(ROOT / "trainstack.lock.yaml")
-    tool = lock.tool("argocd")
-    assert tool.go_toolchain.startswith("go1.27.") and tool.copy_replaces
-    assert dict(tool.requires) == {"github.com/argoproj/argo-cd/gitops-engine/v3": tool.version}
-    assert tool.version == lock.source("argocd").version  # one pin: the CRDs and the binary agree
-    env = {**os.environ, "GOTOOLCHAIN": tool.go_toolchain, "GOFLAGS": "-mod=mod"}
-    go_mod = tools.module_info(tool.module, tool.version, env)["GoMod"]
-    replaces = tools._upstream_replaces(go_mod, env)
-    assert "-replace=k8s.io/client-go=k8s.io/client-go@v0.37.0" in replaces
-    assert not [r for r in replaces if "gitops-engine" in r]  # the local-path one is replaced by `require`
-    # a tier of its own: `trainstack tools install` (make setup) leaves it to make setup-gitops
-    assert tool.tier == "gitops"
-    assert "argocd" not in [t.name for t in tools.selected(None, lock)]
-    assert [t.name for t in tools.selected(["argocd"], lock)] == ["argocd"]
-
-
 def test_the_built_argocd_reports_the_pinned_version():
     binary = tools.find("argocd")
     if binary is None:
@@ -173,42 +155,3 @@ def test_the_built_argocd_reports_the_pinned_version():
     out = subprocess.run([str(binary), "version", "--client", "--short"], capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 0 and lockmod.load(ROOT / "trainstack.lock.yaml").tool("argocd").version in out.stdout
-
-
-@pytest.mark.parametrize(("args", "fragment"), [
-    (["--provider", "kind"], "--gitops runs on --provider local"),
-    (["--nodes", "kwok"], "--gitops runs on the real node"),
-    (["--data-cache"], "cannot be combined"),
-])
-def test_gitops_refuses_what_it_cannot_run_in_one_line(args, fragment):
-    result = subprocess.run([sys.executable, "-m", "trainstack", "e2e", "--gitops", *args], capture_output=True,
-                            text=True, cwd=ROOT, timeout=120)
-    assert result.returncode == 2
-    lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], result.stderr
-
-
-def test_plugin_runs_are_read_from_the_cmp_servers_log(tmp_path):
-    """What the live tests count: GenerateManifest calls, and each `generate` with whether the render
-    cache answered it (a log as argocd-cmp-server v3.6 writes it, one JSON object a line)."""
-    import json
-
-    from trainstack import rendercache
-
-    argocd = gitopsmod.ArgoCD.__new__(gitopsmod.ArgoCD)
-    argocd.dir = tmp_path
-    (tmp_path / "logs").mkdir()
-    generate = {"command": ["sh", "-c"], "args": ["... exec python3 -m trainstack render --env dev ..."]}
-    init = {"command": ["sh", "-c"], "args": ["... python3 -m trainstack deps --charts-only ..."]}
-    lines = [
-        {"command": init, "stderr": "chart dependencies ...", "msg": "Plugin command returned zero output"},
-        {"command": generate, "stderr": "", "msg": "Plugin command successful"},
-        {"grpc.method": "GenerateManifest", "grpc.code": "OK"},
-        {"grpc.method": "GenerateManifest"},  # started, not finished
-        {"command": generate, "stderr": f"{rendercache.REUSED} /tmp/x (key abc)\n"},
-        {"grpc.method": "GenerateManifest", "grpc.code": "OK"},
-    ]
-    (tmp_path / "logs" / "argocd-cmp-server.log").write_text(
-        "\n".join([json.dumps(e) for e in lines] + ["not json"]) + "\n")
-    assert argocd.plugin_generates() == [False, True]
-    assert argocd.plugin_renders() == 2

@@ -1,7 +1,7 @@
 // dashcheck decodes Grafana dashboard JSON strictly with the Grafana Foundation SDK's dashboard
 // types (generated from Grafana's own schemas; Grafana itself is AGPL and is not used here):
 // unknown fields, wrong types and missing required fields fail, panel options and field configs
-// are checked per panel type, then the SDK's Validate runs. tests/test_monitoring.py builds it
+// are checked per panel type, then the SDK's Validate runs. tests/chart/test_monitoring.py builds it
 // against the SDK version pinned in trainstack.lock.yaml (sources.grafana-foundation-sdk).
 package main
 

@@ -1,0 +1,85 @@
+"""Guard rails: what the chart ships per environment, and offline verdicts equal to the examples'."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import ROOT, by_kind, docs_of, helm_template, rendered_file, run_cli
+from policy_examples import examples
+
+pytestmark = pytest.mark.slow
+
+def _bindings(docs):
+    return {b["metadata"]["labels"]["trainstack.io/rule"]: b for b in by_kind(docs, "ValidatingAdmissionPolicyBinding").values()}
+
+
+def test_dev_warns_except_image_tag_which_denies(dev_render):
+    bindings = _bindings(docs_of(dev_render))
+    assert bindings["imageTag"]["spec"]["validationActions"] == ["Deny"]
+    for rule in ("trainjobRuntime", "jobSize", "gpuRuntime", "restrictedSecurity"):
+        assert bindings[rule]["spec"]["validationActions"] == ["Warn", "Audit"], rule
+    assert "imageRegistry" not in bindings and "requiredLabels" not in bindings
+
+
+def test_turning_a_rule_off_removes_policy_and_binding(chart_ready):
+    docs = docs_of(helm_template("--set", "policies.rules.jobSize.enabled=false").stdout)
+    assert "trainstack-job-size" not in by_kind(docs, "ValidatingAdmissionPolicy")
+    assert "jobSize" not in _bindings(docs)
+    none = docs_of(helm_template("--set", "policies.enabled=false").stdout)
+    assert by_kind(none, "ValidatingAdmissionPolicy") == {}
+
+
+def test_params_live_in_one_configmap_that_every_binding_references(chart_ready):
+    docs = docs_of(helm_template("--set", "policies.params.maxNodes=4", "--set", "runtimes.jaxGpu.enabled=false",
+                                 "--set", "policies.rules.imageRegistry.enabled=true").stdout)
+    params = by_kind(docs, "ConfigMap")["trainstack-policy-params"]["data"]
+    assert params["maxNodes"] == "4"
+    assert "jax-distributed-gpu" not in params["runtimes"].split(",")
+    assert set(params["gpuRuntimes"].split(",")) == {
+        "torch-distributed-gpu", "deepspeed-distributed", "deepspeed-distributed-gpu", "mlx-distributed",
+        "torchtune-llama3.2-1b", "torchtune-llama3.2-3b", "torchtune-qwen2.5-1.5b"}
+    assert set(params["allowedRegistries"].split(",")) >= {"docker.io", "ghcr.io", "nvcr.io", "registry.k8s.io"}
+    policies = by_kind(docs, "ValidatingAdmissionPolicy")
+    for binding in _bindings(docs).values():
+        policy = policies[binding["spec"]["policyName"]]
+        if "paramKind" in policy["spec"]:
+            assert binding["spec"]["paramRef"]["name"] == "trainstack-policy-params"
+
+
+def test_policies_are_shipped_as_written_in_policies_folder(dev_render):
+    import yaml
+
+    shipped = by_kind(docs_of(dev_render), "ValidatingAdmissionPolicy")
+    sources = {p.name: yaml.safe_load(p.read_text()) for p in (ROOT / "policies").glob("*.yaml")}
+    compared = 0
+    for name, source in sources.items():
+        if source["metadata"]["name"] in shipped:  # dev leaves imageRegistry and requiredLabels off
+            assert shipped[source["metadata"]["name"]]["spec"] == source["spec"], name
+            compared += 1
+    assert compared == len(sources) - 2
+
+
+@pytest.mark.parametrize("example", examples(), ids=lambda e: e.id)
+def test_offline_verdict_matches_example(chart_ready, example, tmp_path):
+    import yaml
+
+    path = tmp_path / "example.yaml"
+    path.write_text(yaml.safe_dump(example.obj))
+    result = run_cli("validate", str(rendered_file("prod")), str(path), "--policies", "--output", "json")
+    report = json.loads(result.stdout)
+    mine = [f for f in report["findings"] if f["file"] == str(path) and f["rule"].startswith("policy")]
+    denials = [f for f in mine if f["severity"] == "error"]
+    if example.expect == "allowed":
+        assert denials == [], denials
+    else:
+        assert denials, f"{example.id}: no policy denial offline"
+        assert any(example.message in f["message"] for f in denials), denials
+
+
+def test_prod_passes_its_own_policies(chart_ready):
+    result = run_cli("validate", "--env", "prod", "--policies", "--output", "json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 0, [f for f in report["findings"] if f["severity"] == "error"][:5]
+    assert report["summary"]["errors"] == 0

@@ -1,0 +1,250 @@
+"""Teams: what the chart renders per team (namespace, quota, roles, Kueue objects), the one-line
+errors of bad team values, and `trainstack team add` editing a values file in place."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import yaml
+
+from conftest import ROOT, assert_one_line_error, by_kind, docs_of, helm_template, run_cli
+
+EXAMPLE = ROOT / "examples" / "teams" / "values.yaml"
+
+
+def _render(*args: str):
+    return docs_of(helm_template("-f", str(EXAMPLE), *args).stdout)
+
+
+def _of(docs, kind, namespace=None):
+    return {d["metadata"]["name"]: d for d in docs if d.get("kind") == kind
+            and (namespace is None or d["metadata"].get("namespace") == namespace)}
+
+
+@pytest.fixture(scope="module")
+def teams_render(chart_ready):
+    return _render()
+
+
+@pytest.mark.slow
+def test_each_team_gets_a_restricted_namespace_quota_and_limits(teams_render):
+    namespaces = by_kind(teams_render, "Namespace")
+    for team in ("team-a", "team-b"):
+        labels = namespaces[team]["metadata"]["labels"]
+        assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+        assert labels["pod-security.kubernetes.io/enforce-version"] == "v1.36"
+        assert labels["trainstack.io/team"] == team
+        assert _of(teams_render, "LimitRange", team)["trainstack-team"]["spec"]["limits"][0]["type"] == "Container"
+    # team-a may borrow one GPU: its namespace quota holds nominal + borrowed, so admitted pods can start
+    assert _of(teams_render, "ResourceQuota", "team-a")["trainstack-team"]["spec"]["hard"] == {
+        "requests.cpu": "8", "requests.memory": "64Gi", "requests.nvidia.com/gpu": "2"}
+    assert _of(teams_render, "ResourceQuota", "team-b")["trainstack-team"]["spec"]["hard"]["requests.nvidia.com/gpu"] == "1"
+
+
+@pytest.mark.slow
+def test_members_are_bound_to_the_aggregated_trainer_roles(teams_render):
+    roles = by_kind(teams_render, "ClusterRole")
+    for role, into in (("view", {"view", "edit", "admin"}), ("edit", {"edit", "admin"}), ("admin", {"admin"})):
+        labels = roles[f"trainstack-trainer-{role}"]["metadata"]["labels"]
+        assert {k.rsplit("-", 1)[1] for k in labels if k.startswith("rbac.authorization.k8s.io/aggregate-to-")} == into
+    view_rules = roles["trainstack-trainer-view"]["rules"]
+    assert any("pods/log" in r["resources"] and "get" in r["verbs"] for r in view_rules)  # the SDK's get_job_logs
+    assert any("events" in r["resources"] for r in view_rules)
+    edit = roles["trainstack-trainer-edit"]["rules"]
+    assert any("trainjobs" in r["resources"] and {"create", "delete"} <= set(r["verbs"]) for r in edit)
+    assert not any("trainingruntimes" in r["resources"] and "create" in r["verbs"] for r in edit)
+    assert not any(r["apiGroups"] != ["trainer.kubeflow.org"] and set(r["verbs"]) - {"get", "list", "watch"} for r in edit)
+    admin = roles["trainstack-trainer-admin"]["rules"]
+    assert any("trainingruntimes" in r["resources"] and "create" in r["verbs"] for r in admin)
+    bindings = _of(teams_render, "RoleBinding", "team-a")
+    assert bindings["trainstack-team-admin"]["roleRef"]["name"] == "trainstack-trainer-admin"
+    assert bindings["trainstack-team-admin"]["subjects"] == [
+        {"kind": "User", "name": "alice@example.com", "apiGroup": "rbac.authorization.k8s.io"}]
+    assert bindings["trainstack-team-edit"]["subjects"][0]["kind"] == "Group"
+    assert _of(teams_render, "RoleBinding", "team-b")["trainstack-team-view"]["subjects"][0]["name"] == "carol@example.com"
+    # cluster-scoped runtimes need a ClusterRoleBinding; only the team's members get it
+    crb = by_kind(teams_render, "ClusterRoleBinding")["trainstack-team-team-b-runtimes"]
+    assert crb["roleRef"]["name"] == "trainstack-trainer-runtime-reader"
+    assert {s["name"] for s in crb["subjects"]} == {"bob@example.com", "carol@example.com"}
+    assert roles["trainstack-trainer-runtime-reader"]["rules"][0]["resources"] == ["clustertrainingruntimes"]
+    # what the SDK reads in the system namespace: upstream already grants it to every authenticated user
+    public = _of(teams_render, "RoleBinding")["kubeflow-trainer-public"]
+    assert public["subjects"][0]["name"] == "system:authenticated"
+
+
+@pytest.mark.slow
+def test_kueue_flavors_come_from_the_runtime_classes_and_queues_share_a_cohort(teams_render):
+    values = yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())["runtimes"]
+    flavors = by_kind(teams_render, "ResourceFlavor")
+    assert flavors["trainstack-nvidia"]["spec"] == {"nodeLabels": values["nvidia"]["nodeSelector"],
+                                                    "tolerations": values["nvidia"]["tolerations"]}
+    assert flavors["trainstack-cpu"]["spec"] == {}
+    queues = by_kind(teams_render, "ClusterQueue")
+    assert {q["spec"]["cohortName"] for q in queues.values()} == {"trainstack"}
+    gpu_group = queues["team-a"]["spec"]["resourceGroups"][1]
+    assert gpu_group["coveredResources"] == ["nvidia.com/gpu"]
+    assert gpu_group["flavors"][0]["resources"] == [{"name": "nvidia.com/gpu", "nominalQuota": "1", "borrowingLimit": "1"}]
+    assert queues["team-a"]["spec"]["namespaceSelector"] == {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}}
+    local = _of(teams_render, "LocalQueue", "team-a")["team-a"]
+    assert local["spec"]["clusterQueue"] == "team-a"
+    # a GPU runtime selected on another pool moves its flavor with it: one source for labels and taints
+    moved = by_kind(_render("--set", "runtimes.nvidia.nodeSelector.pool=h100"), "ResourceFlavor")
+    assert moved["trainstack-nvidia"]["spec"]["nodeLabels"] == {**values["nvidia"]["nodeSelector"], "pool": "h100"}
+    mutating = by_kind(teams_render, "MutatingAdmissionPolicy")["trainstack-team-queue"]
+    assert "namespaceObject.metadata.labels['trainstack.io/team']" in \
+        mutating["spec"]["mutations"][0]["applyConfiguration"]["expression"]
+
+
+@pytest.mark.slow
+def test_team_runtimes_reach_the_policy_params(teams_render):
+    params = by_kind(teams_render, "ConfigMap")["trainstack-policy-params"]["data"]
+    assert params["team.team-a.runtimes"] == "torch-distributed,torch-distributed-gpu"
+    assert params["team.team-a.ownRuntimes"] == "false"
+    assert params["team.team-b.ownRuntimes"] == "true"
+    assert set(params["team.team-b.runtimes"].split(",")) == set(params["runtimes"].split(","))
+
+
+@pytest.mark.slow
+def test_data_cache_service_account_in_team_namespaces(chart_ready):
+    docs = _render("--set", "dataCache.enabled=true", "--set", "teams.team-b.dataCache=false")
+    accounts = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "ServiceAccount"}
+    assert ("team-a", "kubeflow-trainer-cache-initializer") in accounts
+    assert ("team-b", "kubeflow-trainer-cache-initializer") not in accounts
+    binding = _of(docs, "RoleBinding", "team-a")["kubeflow-trainer-cache-initializer"]
+    assert binding["roleRef"]["name"] == "kubeflow-trainer-cache-initializer"
+
+
+@pytest.mark.slow
+def test_queue_label_policy_needs_kubernetes_1_36(chart_ready):
+    result = helm_template("-f", str(EXAMPLE), "--kube-version", "1.35.0", check=False)
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("Error:")]
+    assert result.returncode != 0 and "teams.kueue.defaultQueueLabel: needs MutatingAdmissionPolicy" in errors[0]
+
+
+@pytest.mark.slow
+def test_no_teams_no_team_objects(chart_ready):
+    docs = docs_of(helm_template().stdout)
+    assert not any(d.get("kind") in ("ResourceQuota", "LimitRange", "LocalQueue", "ClusterQueue", "ResourceFlavor",
+                                     "MutatingAdmissionPolicy") for d in docs)
+
+
+BAD = [
+    (["--set", "teams.x.runtimes[0]=nope"], "teams.x.runtimes: \"nope\" is not a runtime this environment installs"),
+    (["--set", "teams.x.quota.cpu=lots"], "teams.x.quota.cpu: \"lots\" is not a Kubernetes quantity"),
+    (["--set", "teams.x.namespace=shared", "--set", "teams.y.namespace=shared"],
+     "teams.y.namespace: \"shared\" is already the namespace of team x"),
+    (["--set", "teams.x.members[0].name=system:authenticated"], "teams.x.members[0].name: \"system:authenticated\""),
+    (["--set", "teams.x.members[0].name=two words"], "teams.x.members[0].name: \"two words\" is not a valid User subject"),
+    (["--set", "teams.x.members[0].name=ci", "--set", "teams.x.members[0].kind=ServiceAccount",
+      "--set", "teams.x.members[0].namespace=Bad_NS"], "teams.x.members[0].namespace: \"Bad_NS\""),
+    (["--set", "teams.x.namespace=kube-system"], "teams.x.namespace: \"kube-system\" is a system namespace"),
+    (["--set", "teams.x.borrowingLimit.nvidia\\.com/gpu=1"], "teams.x.borrowingLimit.nvidia.com/gpu: the team has no quota"),
+    (["--set", "teams.kueue.enabled=true", "--set-string", "teams.x.quota.memory=64Gi",
+      "--set-string", "teams.x.borrowingLimit.memory=1Ti"], "teams.x.borrowingLimit.memory: write the quota and borrowingLimit"),
+    (["--set", "teams.kueue.enabled=true", "--set", "teams.x.quota.cpu=1", "--set", "runtimes.cpu.nodeSelector.pool=cpu"],
+     "runtimes.cpu.nodeSelector: with teams.kueue.enabled"),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,message", BAD, ids=[b[1].split(":")[0] for b in BAD])
+def test_bad_team_values_fail_helm_template_with_one_line(chart_ready, args, message):
+    result = helm_template(*args, check=False)
+    assert result.returncode != 0
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1 and message in errors[0], result.stderr
+
+
+VALUES = """\
+# dev values: a comment that must survive.
+policies:
+  # Guard rails warn here.
+  validationActions: [Warn, Audit]   # trailing comment
+
+teams:
+  # the first team
+  existing:
+    members:
+      - {kind: Group, name: existing, role: edit}
+"""
+
+
+@pytest.fixture
+def values_file(tmp_path):
+    path = tmp_path / "values.yaml"
+    path.write_text(VALUES)
+    return path
+
+
+@pytest.mark.slow
+def test_team_add_writes_one_entry_and_keeps_comments_and_order(chart_ready, values_file):
+    result = run_cli("team", "add", "ml-research", "--values", str(values_file), "--gpus", "4", "--cpus", "32",
+                     "--memory", "128Gi", "--members", "alice,group:ml-research", "--admins", "bob",
+                     "--output", "json")
+    assert result.returncode == 0, result.stderr
+    text = values_file.read_text()
+    assert text.startswith(VALUES)  # nothing before the new entry moved or lost a comment
+    added = text[len(VALUES):]
+    assert added == ("  ml-research:\n"
+                     "    members:\n"
+                     "      - {kind: User, name: bob, role: admin}\n"
+                     "      - {kind: User, name: alice, role: edit}\n"
+                     "      - {kind: Group, name: ml-research, role: edit}\n"
+                     "    quota: {cpu: \"32\", memory: 128Gi, nvidia.com/gpu: 4}\n")
+    report = json.loads(result.stdout)
+    assert report["team"] == "ml-research"
+    assert [ln for ln in report["diff"].splitlines() if ln.startswith("+") and not ln.startswith("+++")] == \
+        ["+" + ln for ln in added.splitlines()]
+    # and the chart renders the result
+    docs = docs_of(helm_template("-f", str(values_file)).stdout)
+    assert _of(docs, "ResourceQuota", "ml-research")["trainstack-team"]["spec"]["hard"]["requests.nvidia.com/gpu"] == "4"
+
+
+@pytest.mark.slow
+def test_team_add_to_a_file_without_teams_appends_a_section(chart_ready, tmp_path):
+    path = tmp_path / "values.yaml"
+    shutil.copy(ROOT / "overlays" / "dev" / "values.yaml", path)
+    before = path.read_text()
+    result = run_cli("team", "add", "vision", "--values", str(path), "--members", "group:vision", "--gpus", "2")
+    assert result.returncode == 0, result.stderr
+    after = path.read_text()
+    assert after.startswith(before)
+    assert yaml.safe_load(after)["teams"] == {"vision": {"members": [{"kind": "Group", "name": "vision", "role": "edit"}],
+                                                         "quota": {"nvidia.com/gpu": 2}}}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("args,message", [
+    (["--memory", "lots"], "teams.new.quota.memory: \"lots\" is not a Kubernetes quantity"),
+    (["--runtimes", "nope"], "teams.new.runtimes: \"nope\" is not a runtime"),
+    (["--namespace", "existing"], "teams.new.namespace: \"existing\" is already the namespace of team existing"),
+    (["--members", "group:system:authenticated"], "teams.new.members[1].name: \"system:authenticated\""),
+], ids=["quantity", "runtime", "namespace", "subject"])
+def test_team_add_rejects_bad_values_with_one_line_and_writes_nothing(chart_ready, values_file, args, message):
+    result = run_cli("team", "add", "new", "--values", str(values_file), "--members", "carol", *args)
+    assert_one_line_error(result, message, "teams.new")
+    assert values_file.read_text() == VALUES
+
+
+@pytest.mark.slow
+def test_kueue_is_an_optional_pinned_dependency_with_its_trainjob_integration(chart_ready, lock):
+    import tarfile
+
+    pin = lock.chart("kueue")
+    image = lock.image("kueue-controller")
+    assert pin.source.version == f"v{pin.version}" == lock.tool("kueue-controller").version == image.tag
+    values = yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())["kueue"]
+    assert values["install"] is False
+    assert values["controllerManager"]["manager"]["image"]["repository"] == f"{image.registry}/{image.repository}"
+    assert values["controllerManager"]["manager"]["image"]["tag"] == image.tag
+    with tarfile.open(chart_ready / "charts" / f"kueue-{pin.version}.tgz") as archive:
+        upstream = yaml.safe_load(archive.extractfile("kueue/values.yaml").read())
+    assert upstream["controllerManager"]["manager"]["image"]["tag"] == image.tag  # the release edit, not `release-0.19`
+    assert not any(d["kind"] == "Deployment" and d["metadata"]["name"].startswith("kueue") for d in docs_of(helm_template().stdout))
+    docs = docs_of(helm_template("--set", "kueue.install=true").stdout)
+    manager = by_kind(docs, "Deployment")["kueue-controller-manager"]
+    assert manager["spec"]["template"]["spec"]["containers"][0]["image"] == f"{image.registry}/{image.repository}:{image.tag}"
+    config = by_kind(docs, "ConfigMap")["kueue-manager-config"]["data"]["controller_manager_config.yaml"]
+    assert "trainer.kubeflow.org/trainjob" in yaml.safe_load(config)["integrations"]["frameworks"]

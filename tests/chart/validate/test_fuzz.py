@@ -1,0 +1,116 @@
+"""Random and mutated YAML/JSON never crash validate: exit 0, 1 or 2, and valid JSON with -o json."""
+
+from __future__ import annotations
+
+import json
+import string
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from trainstack.validate import command
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def run_cli(*args: str, input_text: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """The real CLI in a subprocess, as a user runs it."""
+    return subprocess.run([sys.executable, "-m", "trainstack", *args], capture_output=True, text=True, cwd=ROOT,
+                          input=input_text, timeout=timeout, check=False)
+
+KINDS = [("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "Deployment"), ("batch/v1", "Job"),
+         ("trainer.kubeflow.org/v1alpha1", "TrainJob"), ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"),
+         ("jobset.x-k8s.io/v1alpha2", "JobSet"), ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"),
+         ("argoproj.io/v1alpha1", "Application"), ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"),
+         ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"),
+         ("apiextensions.k8s.io/v1", "CustomResourceDefinition"), ("example.com/v1", "Widget"), ("v1", "List")]
+FIELDS = ["metadata", "spec", "data", "name", "labels", "annotations", "containers", "image", "replicas",
+          "template", "runtimeRef", "trainer", "numNodes", "mlPolicy", "torch", "validations", "expression",
+          "matchConstraints", "resourceRules", "paramRef", "items", "versions", "schema", "openAPIV3Schema",
+          "x-kubernetes-validations", "rule", "type", "properties", "generateName", "namespace", "finalizers"]
+
+scalars = (st.none() | st.booleans() | st.integers(min_value=-(2**70), max_value=2**70)
+           | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=20)
+           | st.sampled_from(["y", "no", "12:30", "0644", "1Gi", "500m", "has(self.x)", "self.size() > 1", "*",
+                              "CREATE", "Deny", "Warn", "", "~", "-", "a/b", "Bad_Name"]))
+values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=4)
+                      | st.dictionaries(st.sampled_from(FIELDS) | st.text(max_size=8), inner, max_size=5),
+                      max_leaves=25)
+
+
+@st.composite
+def objects(draw) -> dict:
+    api_version, kind = draw(st.sampled_from(KINDS))
+    obj = {"apiVersion": api_version, "kind": kind}
+    obj.update(draw(st.dictionaries(st.sampled_from(FIELDS), values, max_size=4)))
+    if draw(st.booleans()):
+        obj["metadata"] = {"name": draw(st.text(string.ascii_lowercase + "-.", min_size=1, max_size=12)),
+                           "namespace": "default", **draw(st.dictionaries(st.sampled_from(FIELDS), values, max_size=2))}
+    return obj
+
+
+@st.composite
+def texts(draw) -> str:
+    docs = draw(st.lists(objects() | values, min_size=1, max_size=4))
+    style = draw(st.sampled_from(["yaml", "json", "flow"]))
+    if style == "json":
+        text = json.dumps(docs[0])
+    else:
+        text = "".join("---\n" + yaml.safe_dump(d, default_flow_style=(style == "flow"), allow_unicode=True)
+                       for d in docs)
+    for _ in range(draw(st.integers(0, 3))):  # mutate: insert, delete or replace a slice
+        if not text:
+            break
+        at = draw(st.integers(0, len(text) - 1))
+        end = min(len(text), at + draw(st.integers(0, 6)))
+        text = text[:at] + draw(st.sampled_from(["", ":", "- ", "\n", "  ", "{", "]", "&a ", "*a", "!!int ", "---\n",
+                                                 "\t", "'", '"', "<<: ", "#", "? ", "%"])) + text[end:]
+    return text
+
+
+def _check(code: int, out: str) -> dict:
+    assert code in (0, 1, 2)
+    result = json.loads(out)
+    summary = result["summary"]
+    assert summary["errors"] == sum(1 for f in result["findings"] if f["severity"] == "error")
+    assert summary["warnings"] == sum(1 for f in result["findings"] if f["severity"] == "warning")
+    assert (code == 1) == (summary["errors"] > 0) or code == 2
+    assert "internal-error" not in {f["rule"] for f in result["findings"]}, result["findings"]
+    return result
+
+
+@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(text=texts(), flags=st.lists(st.sampled_from(["--strict", "--policies"]), unique=True))
+def test_mutated_manifests_never_crash(text: str, flags: list[str]):
+    _check(*command.run(["-", "--output", "json", *flags], stdin_text=text))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(max_size=300))
+def test_random_text_never_crashes(text: str):
+    _check(*command.run(["-", "--output", "json"], stdin_text=text))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=200), name=st.sampled_from(["x.yaml", "x.json", "x.yml"]))
+def test_random_bytes_in_files_never_crash(tmp_path_factory, data: bytes, name: str):
+    path = tmp_path_factory.mktemp("fuzz") / name
+    path.write_bytes(data)
+    _check(*command.run([str(path), "--output", "json"]))
+
+
+def test_a_few_random_inputs_through_the_real_cli(tmp_path: Path):
+    samples = ["a: [1,\n", "\x00\x01", "---\n- 1\n- 2\n", '{"kind": 1}', "kind: ConfigMap\napiVersion: v1\n",
+               "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\ndata: {a: 1}\n"]
+    for i, text in enumerate(samples):
+        result = run_cli("validate", "-", "--output", "json", input_text=text, timeout=120)
+        _check(result.returncode, result.stdout)
+        assert "Traceback" not in result.stderr
+        (tmp_path / f"f{i}.yaml").write_text(text)
+    result = run_cli("validate", str(tmp_path), "--output", "json", timeout=120)
+    data = _check(result.returncode, result.stdout)
+    assert result.returncode == 1 and data["summary"]["documents"] >= 5

@@ -1,0 +1,28 @@
+"""`trainstack e2e` without a cluster: arguments, errors, and the pure parts (node pools, configs, env)."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from conftest import run_cli
+
+
+@pytest.mark.slow
+def test_kind_without_docker_says_so_and_runs_nothing():
+    from trainstack.e2e.providers import docker_answers
+
+    if docker_answers()[0]:
+        pytest.skip("a Docker engine answers here: the kind path runs in .github/workflows/e2e-kind.yaml")
+    result = run_cli("e2e", "--provider", "kind")
+    assert result.returncode == 1
+    last = result.stderr.strip().splitlines()[-1]
+    assert "kind provider: no Docker engine answers" in last and "nothing was run" in last, last
+    assert "Traceback" not in result.stderr
+    with socket.socket() as taken:  # a taken port stops the run right after the provider is chosen
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        auto = run_cli("e2e", "--provider", "auto", "--port-base", str(taken.getsockname()[1]))
+    assert "provider local (auto: kind not possible (no Docker engine" in auto.stderr, auto.stderr[-500:]
+    assert auto.returncode == 1 and "is already in use" in auto.stderr.strip().splitlines()[-1]

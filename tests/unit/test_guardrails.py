@@ -1,0 +1,16 @@
+"""Guard rails: what the chart ships per environment, and offline verdicts equal to the examples'."""
+
+from __future__ import annotations
+
+from conftest import ROOT
+
+RULES = {"trainjobRuntime", "imageTag", "imageRegistry", "jobSize", "gpuRuntime", "requiredLabels", "restrictedSecurity",
+         "webhookValidation", "teamAccess"}
+
+
+def test_every_policy_file_is_a_rule_in_values():
+    import yaml
+
+    found = {yaml.safe_load(p.read_text())["metadata"]["annotations"]["trainstack.io/rule"]
+             for p in (ROOT / "policies").glob("*.yaml")}
+    assert found == RULES

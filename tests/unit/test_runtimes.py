@@ -1,0 +1,16 @@
+"""The golden ClusterTrainingRuntimes: what each carries, from values, for every environment."""
+
+from __future__ import annotations
+
+import yaml
+
+from conftest import ROOT
+
+SKELETONS = sorted((ROOT / "runtimes").glob("*.yaml"))
+
+
+def test_every_skeleton_is_a_runtime_with_framework_label():
+    for path in SKELETONS:
+        skeleton = yaml.safe_load(path.read_text())
+        assert skeleton["kind"] == "ClusterTrainingRuntime", path
+        assert skeleton["metadata"]["labels"]["trainer.kubeflow.org/framework"], path

@@ -1,0 +1,48 @@
+"""Teams: what the chart renders per team (namespace, quota, roles, Kueue objects), the one-line
+errors of bad team values, and `trainstack team add` editing a values file in place."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import assert_one_line_error, run_cli
+
+VALUES = """\
+# dev values: a comment that must survive.
+policies:
+  # Guard rails warn here.
+  validationActions: [Warn, Audit]   # trailing comment
+
+teams:
+  # the first team
+  existing:
+    members:
+      - {kind: Group, name: existing, role: edit}
+"""
+
+
+@pytest.fixture
+def values_file(tmp_path):
+    path = tmp_path / "values.yaml"
+    path.write_text(VALUES)
+    return path
+
+
+def test_team_add_refuses_an_existing_or_reserved_team(values_file):
+    for name, message in (("existing", "teams.existing already exists"), ("kueue", "'kueue' is reserved")):
+        result = run_cli("team", "add", name, "--values", str(values_file), "--members", "carol")
+        assert_one_line_error(result, message)
+    assert values_file.read_text() == VALUES
+
+
+def test_member_syntax():
+    from trainstack.teams import parse_members
+
+    assert parse_members(["alice,group:ml", "sa:ci/runner", "user:bob"], "view") == [
+        {"kind": "User", "name": "alice", "role": "view"},
+        {"kind": "Group", "name": "ml", "role": "view"},
+        {"kind": "ServiceAccount", "namespace": "ci", "name": "runner", "role": "view"},
+        {"kind": "User", "name": "bob", "role": "view"}]
+
+
+# -- on a real API server (the local control plane): RBAC, Kueue objects, the queue label ---------

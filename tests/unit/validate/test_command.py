@@ -1,0 +1,20 @@
+"""`trainstack validate` as users run it: exit codes, stdin, usage errors, --env, --kube-version."""
+
+from __future__ import annotations
+
+import json
+
+from trainstack.validate import command
+
+
+def test_wrong_usage_with_json_output_still_prints_json():
+    code, out = command.run(["/no/such/file.yaml", "--output", "json"])
+    assert code == 2
+    assert "no such file" in json.loads(out)["error"]
+
+
+def test_the_openapi_source_pins_the_same_kubernetes_as_the_tools(lock):
+    source = lock.source("kubernetes-openapi")
+    assert source.module == lock.tool("kubernetes").module
+    assert source.version == lock.tool("kubernetes").version == lock.kubernetes_version
+    assert source.sum.startswith("h1:")
