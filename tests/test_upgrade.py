@@ -12,12 +12,13 @@ import pytest
 import yaml
 
 from test_release import commit_all, git, repo  # noqa: F401  (the temporary repository fixture)
+from trainstack import release
 from trainstack.e2e import upgrade
 from trainstack.errors import UserError
 
 
 def test_export_release_and_refs_without_touching_the_checkout(repo: Path, tmp_path: Path) -> None:  # noqa: F811
-    first = upgrade.release.load(repo / "releases.yaml")[0].commit
+    first = release.load(repo / "releases.yaml")[0].commit
     (repo / "charts/trainstack/values.yaml").write_text("replicas: 5\n")  # uncommitted, must not leak in
     commit, label = upgrade.export_ref(repo, "0.1.0", tmp_path / "old")
     assert commit == first and label == "release 0.1.0"
@@ -120,7 +121,7 @@ def test_release_0_1_0_builds_with_its_own_tooling(tmp_path: Path, chart_ready) 
     from conftest import ROOT
 
     commit, label = upgrade.export_ref(ROOT, "0.1.0", tmp_path / "old")
-    assert label == "release 0.1.0" and commit == upgrade.release.load(ROOT / "releases.yaml")[-1].commit
+    assert label == "release 0.1.0" and commit == release.load(ROOT / "releases.yaml")[-1].commit
     old_chart = upgrade.build_old_chart(tmp_path / "old")
     old = {d["metadata"]["name"] for d in upgrade.crd_documents(old_chart)}
     new = {d["metadata"]["name"] for d in upgrade.crd_documents(ROOT / "charts" / "trainstack")}

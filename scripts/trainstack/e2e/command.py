@@ -18,16 +18,18 @@ from pathlib import Path
 from .. import lock as lockmod
 from .. import paths, progress
 from ..errors import UserError
-from . import artifacts
+from ..release import resolve
+from . import artifacts, upgrade
+from .gitops import GitOpsSuite, check_args
 from .providers import PROVIDERS, Provider
+from .providers.existing import ExistingProvider
+from .providers.kind import KindProvider, viable
+from .providers.local import LocalProvider, default_nodes, down_kept
+from .suite import Step, Suite, summary_rows
 
 
 def choose(name: str, run_dir: Path, lock: lockmod.Lock, args: argparse.Namespace) -> Provider:
     """The provider for `name`; `auto` is kind when Docker answers and the images can be had, else local."""
-    from .providers.existing import ExistingProvider
-    from .providers.kind import KindProvider, viable
-    from .providers.local import LocalProvider, default_nodes
-
     nodes = getattr(args, "nodes", None) or default_nodes(lock)
     if name == "auto":
         ok, why = viable(lock)
@@ -47,11 +49,7 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .suite import Suite, summary_rows
-
     if args.e2e_command == "down":
-        from .providers.local import down_kept
-
         progress.info(down_kept())
         return 0
     if args.install and args.provider != "existing":
@@ -59,8 +57,6 @@ def run(args: argparse.Namespace) -> int:
     if args.port_base is not None and not 1024 <= args.port_base <= 65500:
         raise UserError(f"--port-base {args.port_base} is out of range", "use a number from 1024 to 65500", exit_code=2)
     if getattr(args, "upgrade_from", None):
-        from ..release import resolve
-
         resolve(paths.repo_root(), args.upgrade_from)  # an unknown version or ref: one line, before anything starts
         if args.provider in ("local", "auto") and args.nodes not in (None, "kwok"):
             raise UserError(f"--upgrade-from runs on KWOK nodes (--nodes kwok), not --nodes {args.nodes}",
@@ -70,8 +66,6 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--upgrade-from installs the old release: with --provider existing pass --install",
                             exit_code=2)
     if getattr(args, "gitops", False):
-        from .gitops import check_args
-
         check_args(args)
     lock = lockmod.load()
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -84,8 +78,6 @@ def run(args: argparse.Namespace) -> int:
     suite = Suite(provider, args.env, run_dir, lock=lock, keep=args.keep, data_cache=args.data_cache)
     gitops = None
     if getattr(args, "gitops", False):
-        from .gitops import GitOpsSuite
-
         gitops = GitOpsSuite(provider, args.env, run_dir, lock=lock, keep=args.keep)
         suite = gitops.suite
     failure: UserError | None = None
@@ -119,8 +111,6 @@ def run(args: argparse.Namespace) -> int:
         down_note = provider.down(keep=args.keep)
     except UserError as err:
         down_error = err
-    from .suite import Step
-
     suite.steps.append(
         Step(
             "teardown",
@@ -172,9 +162,6 @@ def run_upgrade(suite, from_ref: str, run_dir: Path, binaries: tuple[str, ...]) 
     first (seconds on KWOK nodes; an uninstall and reinstall on one API server left its ValidatingAdmissionPolicy
     bindings denying with "no params found" until kube-apiserver restarted); other providers uninstall between.
     The step table and figures are printed; a failed step fails the run."""
-    from . import upgrade
-    from .suite import Step, Suite
-
     reports: list[dict] = []
     extra: list = []
     failure: UserError | None = None
