@@ -18,18 +18,20 @@ from pathlib import Path
 from .. import lock as lockmod
 from .. import paths, progress
 from ..errors import UserError
-from ..release import resolve
-from . import artifacts, upgrade
-from .gitops import GitOpsSuite, check_args
+from . import artifacts
 from .providers import PROVIDERS, Provider
-from .providers.existing import ExistingProvider
-from .providers.kind import KindProvider, viable
-from .providers.local import LocalProvider, default_nodes, down_kept
-from .suite import Step, Suite, summary_rows
+
+# The suite, its providers and the upgrade and GitOps tests are imported when `trainstack e2e` runs (in the
+# functions below), not at import: every trainstack command imports this module to register its arguments,
+# and those modules take about half a second to load.
 
 
 def choose(name: str, run_dir: Path, lock: lockmod.Lock, args: argparse.Namespace) -> Provider:
     """The provider for `name`; `auto` is kind when Docker answers and the images can be had, else local."""
+    from .providers.existing import ExistingProvider
+    from .providers.kind import KindProvider, viable
+    from .providers.local import LocalProvider, default_nodes
+
     nodes = getattr(args, "nodes", None) or default_nodes(lock)
     if name == "auto":
         ok, why = viable(lock)
@@ -49,6 +51,11 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..release import resolve
+    from .gitops import GitOpsSuite, check_args
+    from .providers.local import down_kept
+    from .suite import Step, Suite, summary_rows
+
     if args.e2e_command == "down":
         progress.info(down_kept())
         return 0
@@ -162,6 +169,9 @@ def run_upgrade(suite, from_ref: str, run_dir: Path, binaries: tuple[str, ...]) 
     first (seconds on KWOK nodes; an uninstall and reinstall on one API server left its ValidatingAdmissionPolicy
     bindings denying with "no params found" until kube-apiserver restarted); other providers uninstall between.
     The step table and figures are printed; a failed step fails the run."""
+    from . import upgrade
+    from .suite import Step, Suite
+
     reports: list[dict] = []
     extra: list = []
     failure: UserError | None = None

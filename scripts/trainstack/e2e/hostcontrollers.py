@@ -28,7 +28,8 @@ from typing import Any
 
 import yaml
 
-from .. import api, kubeapi, proc, tools
+from .. import kubeapi, proc, tools
+from ..api import TRAINER_GROUP
 from ..cluster.local import LocalCluster, free_port, pid_alive, port_is_free, stop_pids
 from ..errors import UserError
 
@@ -76,13 +77,13 @@ class HostController:
         group = str(cfg.get("apiVersion", "")).split("/")[0]
         webhook = cfg.setdefault("webhook", {})
         webhook.update({"port": self.webhook_port, "host": "127.0.0.1"})
-        if group != f"config.{api.TRAINER_GROUP}":  # JobSet and LWS have certDir; Trainer uses $TMPDIR
+        if group != f"config.{TRAINER_GROUP}":  # JobSet and LWS have certDir; Trainer uses $TMPDIR
             webhook["certDir"] = str(self.cert_dir)
         cfg.setdefault("health", {})["healthProbeBindAddress"] = f"127.0.0.1:{self.health_port}"
         # /metrics on 127.0.0.1 (HTTPS, the controllers' own self-signed serving): see metrics_url
         cfg.setdefault("metrics", {})["bindAddress"] = f"127.0.0.1:{self.metrics_port}" if self.metrics_port else "0"
         for key in ("certManagement", "internalCertManagement"):
-            if key in cfg or (key == "certManagement") == (group == f"config.{api.TRAINER_GROUP}"):
+            if key in cfg or (key == "certManagement") == (group == f"config.{TRAINER_GROUP}"):
                 cfg.setdefault(key, {})["enable"] = False
         election = cfg.get("leaderElection")
         if isinstance(election, dict) and election.get("leaderElect"):

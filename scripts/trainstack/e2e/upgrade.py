@@ -38,9 +38,10 @@ from typing import Any
 
 import yaml
 
-from .. import api, helm, kubeapi, paths, proc, progress, tools
+from .. import helm, kubeapi, paths, proc, progress, tools
 from .. import lock as lockmod
 from .. import render as rendermod
+from ..api import TRAINER_API
 from ..errors import UserError
 from ..kubectl import Kubectl
 from ..render import crd_documents, rendered_crds
@@ -171,7 +172,7 @@ class UpgradeTest:
 
     def trainjob(self, name: str, runtime: str, seconds: int = 1, suspend: bool = False) -> dict[str, Any]:
         job = {
-            "apiVersion": api.TRAINER_API, "kind": "TrainJob",
+            "apiVersion": TRAINER_API, "kind": "TrainJob",
             "metadata": {"name": name, "namespace": JOBS_NS, "labels": {LABEL: "upgrade", **self.job_labels()}},
             "spec": {"runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime", "apiGroup": GROUP},
                      "trainer": {"numNodes": 1, "command": ["python", "-c", f"import time; time.sleep({seconds})"]}},

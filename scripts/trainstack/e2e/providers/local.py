@@ -113,14 +113,14 @@ def mirror_values(lock: lockmod.Lock, path: Path) -> Path:
 
 def controller_binaries(rendered: list[dict[str, Any]], lock: lockmod.Lock) -> list[str]:
     """Pinned controller binaries for the Deployments the chart renders (matched by image)."""
-    images = {name: lock.image(name).repository for name in CONTROLLER_IMAGES}
+    repos = {name: lock.image(name).repository for name in CONTROLLER_IMAGES}
     found = []
     for obj in rendered:
         if obj.get("kind") != "Deployment":
             continue
         for container in obj["spec"]["template"]["spec"].get("containers", []):
             repo = container.get("image", "").split("@")[0].rsplit(":", 1)[0]
-            found += [name for name, r in images.items() if repo.endswith(r) and name not in found]
+            found += [name for name, r in repos.items() if repo.endswith(r) and name not in found]
     return found
 
 
