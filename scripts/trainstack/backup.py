@@ -22,11 +22,12 @@ from typing import Any
 
 import yaml
 
+from . import api, progress
 from . import lock as lockmod
-from . import progress
 from .errors import UserError, output_line
+from .kubectl import Kubectl
 
-GROUP = "trainer.kubeflow.org"
+GROUP = api.TRAINER_GROUP
 TEAM_LABEL = "trainstack.io/team"
 # (file, kubectl resource, namespaced, only objects with the team label)
 KINDS = (
@@ -35,8 +36,8 @@ KINDS = (
     ("30-team-objects.yaml", "resourcequotas", True, True),
     ("30-team-objects.yaml", "limitranges", True, True),
     ("30-team-objects.yaml", "rolebindings.rbac.authorization.k8s.io", True, True),
-    ("30-team-objects.yaml", "clusterqueues.kueue.x-k8s.io", False, True),
-    ("30-team-objects.yaml", "localqueues.kueue.x-k8s.io", True, True),
+    ("30-team-objects.yaml", f"clusterqueues.{api.KUEUE_GROUP}", False, True),
+    ("30-team-objects.yaml", f"localqueues.{api.KUEUE_GROUP}", True, True),
     ("40-trainjobs.yaml", f"trainjobs.{GROUP}", True, False),
 )
 NAMESPACES_FILE = "00-namespaces.yaml"
@@ -67,8 +68,6 @@ class Cluster:
     """The pinned kubectl against a kubeconfig/context (what restores the backup, too)."""
 
     def __init__(self, kubeconfig: str | None, context: str | None, lock: lockmod.Lock | None = None) -> None:
-        from .e2e.kube import Kubectl
-
         self.kube = Kubectl(Path(kubeconfig) if kubeconfig else None, context, lock)
 
     def resources(self) -> set[str]:

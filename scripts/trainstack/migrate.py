@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -39,19 +38,21 @@ from typing import Any
 
 import yaml
 
-from . import cmdline, helm, paths, progress, tools, yamlio
+from . import api, cmdline, deps, helm, paths, proc, progress, tools, yamlio
 from . import lock as lockmod
+from . import render as rendermod
 from .errors import UserError
+from .kubectl import Kubectl
 
-TRAINSTACK_RELEASE = "trainstack"
+TRAINSTACK_RELEASE = api.RELEASE
 UPSTREAM_CHART = "kubeflow-trainer"
-INSTALLER_LABEL = "trainer.kubeflow.org/managed-by"
+INSTALLER_LABEL = f"{api.TRAINER_GROUP}/managed-by"
 INSTALLER_VALUE = "runtimes-installer"
 KEEP = "helm.sh/resource-policy"
 RELEASE_NAME = "meta.helm.sh/release-name"
 RELEASE_NS = "meta.helm.sh/release-namespace"
 MANAGED_BY = "app.kubernetes.io/managed-by"
-PART_OF = ("app.kubernetes.io/part-of", "trainstack")
+PART_OF = api.PART_OF
 CLUSTER_SCOPED = {"CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
                   "ValidatingWebhookConfiguration", "ClusterTrainingRuntime", "ValidatingAdmissionPolicy",
                   "ValidatingAdmissionPolicyBinding", "PriorityClass", "Namespace"}
@@ -164,15 +165,13 @@ def plan(upstream: list[dict[str, Any]], rendered: list[dict[str, Any]], namespa
 class Migration:
     def __init__(self, release: str, namespace: str | None, env: str, kubeconfig: Path | None = None,
                  context: str | None = None, lock: lockmod.Lock | None = None) -> None:
-        from .e2e.kube import Kubectl
-
         self.release, self.env = release, env
         self.lock = lock or lockmod.load()
         self.kubeconfig, self.context = kubeconfig, context
         self.kube = Kubectl(kubeconfig, context, self.lock)
         self.namespace = namespace or self._find_namespace()
 
-    def helm(self, *args: str, check: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    def helm(self, *args: str, check: bool = True, timeout: float = 600) -> proc.CompletedProcess:
         extra = [*(["--kubeconfig", str(self.kubeconfig)] if self.kubeconfig else []),
                  *(["--kube-context", self.context] if self.context else [])]
         return helm.run([*args, *extra], lock=self.lock, check=check, timeout=timeout)
@@ -201,13 +200,10 @@ class Migration:
         return objects(self.helm("get", "manifest", self.release, "-n", self.namespace).stdout)
 
     def rendered(self) -> list[dict[str, Any]]:
-        from . import deps
-        from . import render as rendermod
-
         deps.ensure(self.lock)
         values = rendermod.value_args(self.env)  # the overlay's values files, in its kustomization's order
-        return objects(helm.run(["template", TRAINSTACK_RELEASE, str(paths.chart_dir()), "--namespace",
-                                 self.namespace, *values], lock=self.lock).stdout)
+        return objects(helm.run(helm.template_args(paths.chart_dir(), *values, release=TRAINSTACK_RELEASE,
+                                                   namespace=self.namespace), lock=self.lock).stdout)
 
     def plan(self) -> tuple[list[Action], list[dict[str, Any]]]:
         upstream = self.upstream_objects()
@@ -248,11 +244,8 @@ class Migration:
     def _install(self, rendered: list[dict[str, Any]]) -> str:
         """CRDs server-side, helm install, then wait until the controllers are Available and every golden
         runtime exists; returns how many exist (nothing of upstream's is removed before this returns)."""
-        from . import render as rendermod
-        from .e2e.upgrade import rendered_crds
-
         values = rendermod.value_args(self.env)
-        crds = rendered_crds(paths.chart_dir(), values, self.namespace, self.lock)
+        crds = rendermod.rendered_crds(paths.chart_dir(), values, self.namespace, self.lock)
         self.kube.kubectl("apply", "--server-side", "--force-conflicts", "--field-manager=trainstack", "-f", "-",
                           input_text=yaml.safe_dump_all(crds), timeout=180)
         # --force-conflicts: the adopted objects carry fields other managers applied server-side (upstream's

@@ -19,14 +19,14 @@ import datetime as dt
 import itertools
 import json
 import re
-import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import cmdline, paths, progress
+from . import cmdline, paths, proc, progress
+from . import render as rendermod
 from .errors import UserError, output_line
 
 RELEASES_FILE = "releases.yaml"
@@ -206,12 +206,13 @@ def write_changelog(root: Path | None = None, check: bool = False) -> bool:
 # -- git --------------------------------------------------------------------------------------
 
 
-def git(root: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+def git(root: Path, *args: str, check: bool = True) -> proc.CompletedProcess:
     try:
-        result = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=60,
-                                check=False)
-    except FileNotFoundError:
-        raise UserError("git is not installed", "release and upgrade checks read the git history") from None
+        result = proc.run(["git", "-C", str(root), *args], check=False, timeout=60)
+    except proc.CommandError as err:
+        if err.missing:
+            raise UserError("git is not installed", "release and upgrade checks read the git history") from None
+        raise
     if check and result.returncode != 0:
         raise UserError(f"git {' '.join(args[:2])} failed in {root}: {output_line(result.stderr, markers=())}")
     return result
@@ -399,16 +400,11 @@ def _cmd(args: argparse.Namespace) -> int:
                             for r in releases])
         return 0
     if args.release_command == "crds":
-        import yaml
-
-        from . import render as rendermod
-        from .e2e.upgrade import rendered_crds
-
         if not (root / "overlays" / args.env / "kustomization.yaml").is_file():
             raise UserError(f"no environment '{args.env}': {root / 'overlays' / args.env} has no kustomization.yaml",
                             exit_code=2)
         values = rendermod.value_args(args.env, root=root) + [a for f in args.values for a in ("-f", f)]
-        print(yaml.safe_dump_all(rendered_crds(paths.chart_dir(), values), sort_keys=False), end="")
+        print(yaml.safe_dump_all(rendermod.rendered_crds(paths.chart_dir(), values), sort_keys=False), end="")
         return 0
     if args.release_command == "cut":
         release = cut(root, args.commit)

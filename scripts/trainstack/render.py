@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import re
 import shutil
+import tarfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import deps, helm, paths, tools, yamlio
+from . import api, deps, helm, paths, tools, yamlio
 from . import lock as lockmod
 from .errors import UserError
 
@@ -164,6 +165,33 @@ def kustomize_build(env: str, lock: lockmod.Lock | None = None) -> str:
 def render_objects(env: str, lock: lockmod.Lock | None = None) -> list[dict[str, Any]]:
     docs = [d for d in yamlio.load_all(kustomize_build(env, lock)) if isinstance(d, dict) and d]
     return sorted(docs, key=sort_key)
+
+
+def rendered_crds(chart_dir: Path, value_args: list[str], namespace: str = api.NAMESPACE,
+                  lock: lockmod.Lock | None = None) -> list[dict[str, Any]]:
+    """The CRDs `helm install` of this chart with these values installs (its crds/ and those of the enabled
+    dependencies): `helm template --include-crds`, CRDs only."""
+    text = helm.run(helm.template_args(chart_dir, *value_args, namespace=namespace, include_crds=True),
+                    lock=lock).stdout
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return [d for d in yaml.load_all(text, Loader=loader)
+            if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
+
+
+def crd_documents(chart_dir: Path) -> list[dict[str, Any]]:
+    """Every CRD a chart ships: its crds/ folder and the crds/ of each dependency archive in charts/."""
+    docs: list[dict[str, Any]] = []
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    for path in sorted((chart_dir / "crds").glob("*.yaml")):
+        docs += [d for d in yaml.load_all(path.read_text(), Loader=loader) if isinstance(d, dict) and d]
+    for archive in sorted((chart_dir / "charts").glob("*.tgz")):
+        with tarfile.open(archive) as tar:
+            for member in tar.getmembers():
+                parts = member.name.split("/")
+                if member.isfile() and "crds" in parts[:-1] and member.name.endswith((".yaml", ".yml")):
+                    text = tar.extractfile(member).read().decode()
+                    docs += [d for d in yaml.load_all(text, Loader=loader) if isinstance(d, dict) and d]
+    return [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
 
 
 def to_stream(objects: list[dict]) -> str:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from . import kubeapi, progress
+from . import api, kubeapi, progress
 from . import lock as lockmod
 from .errors import UserError
 
@@ -84,7 +84,7 @@ class Cluster:
     """List calls against the API server of a kubeconfig context (the kubernetes client)."""
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
-        try:
+        try:  # the kubernetes client is slow to import: loaded only when a command talks to a cluster
             from kubernetes import client, config
             from kubernetes.config.config_exception import ConfigException
         except ImportError:  # pragma: no cover - a dependency of the package
@@ -105,7 +105,7 @@ class Cluster:
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """GET path (JSON), None when the resource does not exist (404: CRD not installed)."""
-        from kubernetes.client.exceptions import ApiException
+        from kubernetes.client.exceptions import ApiException  # slow to import: see __init__
         from urllib3.exceptions import HTTPError
 
         try:
@@ -177,7 +177,7 @@ def _pinned_tag(lock: lockmod.Lock, image: str) -> str:
         return "-"
 
 
-def collect(cluster: Cluster, namespace: str | None, platform_namespace: str = "kubeflow-system",
+def collect(cluster: Cluster, namespace: str | None, platform_namespace: str = api.NAMESPACE,
             lock: lockmod.Lock | None = None, now: datetime | None = None) -> Status:
     """Everything `trainstack status` shows. namespace None: TrainJobs of all namespaces."""
     start = time.monotonic()
@@ -199,19 +199,19 @@ def collect(cluster: Cluster, namespace: str | None, platform_namespace: str = "
             name=component, deployment=name, version=_image_tag(deployment), pinned=_pinned_tag(lock, image),
             ready=f"{st.get('readyReplicas', 0)}/{spec.get('replicas', 1)}", leader=leader))
 
-    runtimes = cluster.list("/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes")
+    runtimes = cluster.list(f"/apis/{api.TRAINER_API}/clustertrainingruntimes")
     for rt in runtimes or []:
         labels = rt["metadata"].get("labels") or {}
         result.runtimes.append({"name": rt["metadata"]["name"],
-                                "golden": labels.get("app.kubernetes.io/part-of") == "trainstack",
-                                "framework": labels.get("trainer.kubeflow.org/framework", "")})
+                                "golden": labels.get(api.PART_OF[0]) == api.PART_OF[1],
+                                "framework": labels.get(api.FRAMEWORK_LABEL, "")})
     result.runtimes.sort(key=lambda r: (not r["golden"], r["name"]))
 
-    path = (f"/apis/trainer.kubeflow.org/v1alpha1/namespaces/{namespace}/trainjobs" if namespace
-            else "/apis/trainer.kubeflow.org/v1alpha1/trainjobs")
+    path = (f"/apis/{api.TRAINER_API}/namespaces/{namespace}/trainjobs" if namespace
+            else f"/apis/{api.TRAINER_API}/trainjobs")
     trainjobs = cluster.list(path)
     if trainjobs is None:
-        raise UserError(f"context '{cluster.context}' has no TrainJob API (trainer.kubeflow.org/v1alpha1)",
+        raise UserError(f"context '{cluster.context}' has no TrainJob API ({api.TRAINER_API})",
                         "install trainstack there first (README: Using it)")
     for tj in trainjobs:
         meta, spec, st = tj["metadata"], tj.get("spec") or {}, tj.get("status") or {}
@@ -284,7 +284,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _current_namespace(kubeconfig: str | None, context: str) -> str | None:
     """The namespace of the kube context (kubectl's default), or None (= all namespaces) if unset."""
-    from kubernetes import config
+    from kubernetes import config  # slow to import: only when a command talks to a cluster
 
     contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
     for entry in contexts:
@@ -298,7 +298,7 @@ def register(sub) -> None:
     scope = parser.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", help="TrainJobs of this namespace (default: the context's, else all)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="TrainJobs of every namespace")
-    parser.add_argument("--platform-namespace", default="kubeflow-system", help="where the controllers run")
+    parser.add_argument("--platform-namespace", default=api.NAMESPACE, help="where the controllers run")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
     parser.add_argument("--context", help="kube context (default: the current one)")
     parser.add_argument("--output", choices=["text", "json"], default="text")

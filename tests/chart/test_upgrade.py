@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from trainstack import release
 from trainstack.e2e import upgrade
 
 
@@ -16,7 +17,7 @@ def test_release_0_1_0_builds_with_its_own_tooling(tmp_path: Path, chart_ready) 
     from conftest import ROOT
 
     commit, label = upgrade.export_ref(ROOT, "0.1.0", tmp_path / "old")
-    assert label == "release 0.1.0" and commit == upgrade.release.load(ROOT / "releases.yaml")[-1].commit
+    assert label == "release 0.1.0" and commit == release.load(ROOT / "releases.yaml")[-1].commit
     old_chart = upgrade.build_old_chart(tmp_path / "old")
     old = {d["metadata"]["name"] for d in upgrade.crd_documents(old_chart)}
     new = {d["metadata"]["name"] for d in upgrade.crd_documents(ROOT / "charts" / "trainstack")}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import yaml
 
@@ -109,7 +111,7 @@ def test_gpu_pool_follows_what_the_gpu_runtimes_select_and_tolerate():
 
 def test_an_amd_runtime_gets_its_own_pool():
     amd = {**GPU_RUNTIME, "metadata": {"name": "torch-distributed-rocm"}}
-    amd = suitemod.copy.deepcopy(amd)
+    amd = copy.deepcopy(amd)
     container = amd["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     container["containers"][0]["resources"] = {"limits": {"amd.com/gpu": 1}}
     container["tolerations"] = [{"key": "amd.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]

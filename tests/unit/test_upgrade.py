@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trainstack import release
 from trainstack.e2e import upgrade
 from trainstack.errors import UserError
 
@@ -18,7 +19,7 @@ from .test_release import commit_all, git, repo  # noqa: F401  (the temporary re
 
 
 def test_export_release_and_refs_without_touching_the_checkout(repo: Path, tmp_path: Path) -> None:  # noqa: F811
-    first = upgrade.release.load(repo / "releases.yaml")[0].commit
+    first = release.load(repo / "releases.yaml")[0].commit
     (repo / "charts/trainstack/values.yaml").write_text("replicas: 5\n")  # uncommitted, must not leak in
     commit, label = upgrade.export_ref(repo, "0.1.0", tmp_path / "old")
     assert commit == first and label == "release 0.1.0"

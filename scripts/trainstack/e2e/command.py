@@ -21,6 +21,10 @@ from ..errors import UserError
 from . import artifacts
 from .providers import PROVIDERS, Provider
 
+# The suite, its providers and the upgrade and GitOps tests are imported when `trainstack e2e` runs (in the
+# functions below), not at import: every trainstack command imports this module to register its arguments,
+# and those modules take about half a second to load.
+
 
 def choose(name: str, run_dir: Path, lock: lockmod.Lock, args: argparse.Namespace) -> Provider:
     """The provider for `name`; `auto` is kind when Docker answers and the images can be had, else local."""
@@ -47,11 +51,12 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .suite import Suite, summary_rows
+    from ..release import resolve
+    from .gitops import GitOpsSuite, check_args
+    from .providers.local import down_kept
+    from .suite import Step, Suite, summary_rows
 
     if args.e2e_command == "down":
-        from .providers.local import down_kept
-
         progress.info(down_kept())
         return 0
     if args.install and args.provider != "existing":
@@ -59,8 +64,6 @@ def run(args: argparse.Namespace) -> int:
     if args.port_base is not None and not 1024 <= args.port_base <= 65500:
         raise UserError(f"--port-base {args.port_base} is out of range", "use a number from 1024 to 65500", exit_code=2)
     if getattr(args, "upgrade_from", None):
-        from ..release import resolve
-
         resolve(paths.repo_root(), args.upgrade_from)  # an unknown version or ref: one line, before anything starts
         if args.provider in ("local", "auto") and args.nodes not in (None, "kwok"):
             raise UserError(f"--upgrade-from runs on KWOK nodes (--nodes kwok), not --nodes {args.nodes}",
@@ -70,8 +73,6 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--upgrade-from installs the old release: with --provider existing pass --install",
                             exit_code=2)
     if getattr(args, "gitops", False):
-        from .gitops import check_args
-
         check_args(args)
     lock = lockmod.load()
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
@@ -84,8 +85,6 @@ def run(args: argparse.Namespace) -> int:
     suite = Suite(provider, args.env, run_dir, lock=lock, keep=args.keep, data_cache=args.data_cache)
     gitops = None
     if getattr(args, "gitops", False):
-        from .gitops import GitOpsSuite
-
         gitops = GitOpsSuite(provider, args.env, run_dir, lock=lock, keep=args.keep)
         suite = gitops.suite
     failure: UserError | None = None
@@ -119,8 +118,6 @@ def run(args: argparse.Namespace) -> int:
         down_note = provider.down(keep=args.keep)
     except UserError as err:
         down_error = err
-    from .suite import Step
-
     suite.steps.append(
         Step(
             "teardown",

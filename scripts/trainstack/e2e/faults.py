@@ -29,10 +29,14 @@ from typing import Any
 
 import yaml
 
-from .. import kubeapi
+from .. import kubeapi, progress
+from ..cluster import node as nodemod
 from ..cluster.local import pid_alive
 from ..errors import UserError
-from .upgrade import JOBS_NS, NAMESPACE, UpgradeTest, losses, snapshot, terminal
+from .base import NAMESPACE, SMOKE_NS
+from .clusterstate import losses, snapshot, terminal
+from .smokejobs import SmokeJob, golden_runtimes
+from .upgrade import JOBS_NS, UpgradeTest
 
 TRAINER = "trainer"
 JOBSET = "jobset"
@@ -221,8 +225,6 @@ class Faults:
         return self.rows
 
     def table(self) -> None:
-        from .. import progress
-
         progress.table("faults survived", ["fault", "jobs running", "jobs lost", "seconds to recover", "detail"],
                        [(r.fault, r.running, r.lost, f"{r.recover_seconds:.1f}", r.detail[:160]) for r in self.rows])
 
@@ -238,9 +240,6 @@ def real_node_fault(suite: Any, component: str, seconds: int = 40, jobs: int = 1
     until they run, restart `component` (kubelet or containerd) the way systemd would, and check that
     every TrainJob ends Complete with its containers never restarted (kubelet re-adopts the running pods;
     containerd's shims keep the containers alive)."""
-    from ..cluster import node as nodemod
-    from .suite import SMOKE_NS, SmokeJob, golden_runtimes
-
     kube, node = suite.kube, suite.provider.cluster.node
     runtime = next(r for r in golden_runtimes(suite.rendered) if suite.provider.is_real(
         SmokeJob("x", r)) and "torch" in ((r.get("spec") or {}).get("mlPolicy") or {}))

@@ -17,7 +17,6 @@ import contextlib
 import json
 import os
 import shlex
-import subprocess
 import threading
 import time
 import urllib.error
@@ -29,7 +28,8 @@ from typing import Any
 
 import yaml
 
-from .. import kubeapi, tools
+from .. import kubeapi, proc, tools
+from ..api import TRAINER_GROUP
 from ..cluster.local import LocalCluster, free_port, pid_alive, port_is_free, stop_pids
 from ..errors import UserError
 
@@ -59,7 +59,7 @@ class HostController:
     health_port: int = 0
     metrics_port: int = 0
     services: list[str] = field(default_factory=list)
-    process: subprocess.Popen | None = None
+    process: proc.Popen | None = None
     pid: int = 0
 
     @property
@@ -77,13 +77,13 @@ class HostController:
         group = str(cfg.get("apiVersion", "")).split("/")[0]
         webhook = cfg.setdefault("webhook", {})
         webhook.update({"port": self.webhook_port, "host": "127.0.0.1"})
-        if group != "config.trainer.kubeflow.org":  # JobSet and LWS have certDir; Trainer uses $TMPDIR
+        if group != f"config.{TRAINER_GROUP}":  # JobSet and LWS have certDir; Trainer uses $TMPDIR
             webhook["certDir"] = str(self.cert_dir)
         cfg.setdefault("health", {})["healthProbeBindAddress"] = f"127.0.0.1:{self.health_port}"
         # /metrics on 127.0.0.1 (HTTPS, the controllers' own self-signed serving): see metrics_url
         cfg.setdefault("metrics", {})["bindAddress"] = f"127.0.0.1:{self.metrics_port}" if self.metrics_port else "0"
         for key in ("certManagement", "internalCertManagement"):
-            if key in cfg or (key == "certManagement") == (group == "config.trainer.kubeflow.org"):
+            if key in cfg or (key == "certManagement") == (group == f"config.{TRAINER_GROUP}"):
                 cfg.setdefault(key, {})["enable"] = False
         election = cfg.get("leaderElection")
         if isinstance(election, dict) and election.get("leaderElect"):
@@ -348,11 +348,12 @@ class HostControllers:
             with ctl.log.open("w") as sink:
                 sink.write(f"$ {shlex.join(cmd)}\n")
                 sink.flush()
-                ctl.process = subprocess.Popen(
+                ctl.process = proc.start(
                     cmd,
+                    what=ctl.deployment,
                     stdout=sink,
-                    stderr=subprocess.STDOUT,
-                    stdin=subprocess.DEVNULL,
+                    stderr=proc.STDOUT,
+                    stdin=proc.DEVNULL,
                     env=env,
                     cwd=self.workdir,
                     start_new_session=True,
@@ -471,7 +472,7 @@ class HostControllers:
             if ctl.process is not None:
                 try:
                     ctl.process.wait(timeout=5)
-                except subprocess.TimeoutExpired:
+                except proc.TimeoutExpired:
                     pass
 
     def alive(self) -> list[str]:

@@ -6,21 +6,26 @@ two nodes through `TrainerClient().train(...)`, waits with `wait_for_job_status`
 from `get_job_logs`, and checks both pods ran on the real node. `checkpoint_outlives_pods`
 deletes the TrainJob and loads the checkpoint in a fresh pod that mounts the same claim.
 `worker_killed` deletes a worker pod mid-run and follows the TrainJob to its end.
+`RealNodeSteps` are the Suite's steps built on these (mixed into Suite).
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .. import kubeapi, paths
+from .. import images, kubeapi, paths
+from ..cluster import node as nodemod
 from ..errors import UserError
-from .suite import GROUP, SMOKE_NS, VERSION
+from .base import GROUP, RELEASE, SMOKE_NS, VERSION, SuiteFailure
+from .smokejobs import golden_runtimes
 
 RUNTIME = "torch-distributed"
 NODES = 2
@@ -34,8 +39,6 @@ class RealNodeFailure(UserError):
 
 def example_module(name: str):
     """examples/<name>.py, imported from the checkout (the file users run)."""
-    import importlib
-
     sys.path.insert(0, str(paths.repo_root() / "examples"))
     try:
         return importlib.import_module(name)
@@ -48,6 +51,7 @@ def _sdk_examples():
 
 
 def client(kubeconfig: Path):
+    # the Kubeflow SDK is optional (the `train` extra): only the real node's steps need it
     from kubeflow.common.types import KubernetesBackendConfig
     from kubeflow.trainer import TrainerClient
 
@@ -263,3 +267,69 @@ def worker_killed(kube: Any, kubeconfig: Path, timeout: float = 300) -> dict[str
         raise RealNodeFailure(f"TrainJob {name} ended Failed without a reason")
     kube.kubectl("delete", "trainjob", name, "-n", SMOKE_NS, "--wait=false", check=False)
     return result
+
+
+# -- the Suite's steps on the real node -----------------------------------------------------------------
+
+
+class RealNodeSteps:
+    """The Suite's steps that need the real node (mixed into Suite: uses its kube, provider, rendered,
+    lock, read and wait_trainjobs)."""
+
+    def real_node_steps(self) -> list[tuple[str, Callable[[], str | None]]]:
+        return [
+            ("SDK TrainJob trains on 2 real pods", self.sdk_training),
+            ("checkpoint outlives the pods", self.checkpoint_kept),
+            ("worker killed mid-run", self.worker_killed),
+            *([("SDK fine-tune (TorchTune) on the GPU pool", self.sdk_finetune)]
+              if getattr(self.provider, "nodes", "") == "both" else []),
+        ]
+
+    def _torchtune_runtime(self) -> str:
+        names = sorted(r["metadata"]["name"] for r in golden_runtimes(self.rendered)
+                       if r["metadata"]["name"].startswith("torchtune-"))
+        return next((n for n in names if "qwen" in n), names[0] if names else "")
+
+    def sdk_finetune(self) -> str:
+        """upstream's BuiltinTrainer(TorchTuneConfig) path, through the SDK, onto the simulated GPU pool."""
+        sdk = example_module("sdk_finetune")
+        runtime = self._torchtune_runtime()
+        if not runtime:
+            return f"skipped: env {self.env} renders no TorchTune runtime"
+        args = sdk.parse_args(["--runtime", runtime, "--namespace", SMOKE_NS])
+        initializer, trainer, options = sdk.build(args)  # what sdk_finetune.submit sends, to this cluster
+        name = client(self.provider.kubeconfig).train(
+            runtime=args.runtime, initializer=initializer, trainer=trainer, options=options or None)
+        self.wait_trainjobs({name: "Complete"}, timeout=self.provider.job_timeout)
+        nodes = {n["metadata"]["name"]: n for n in self.read("nodes")}
+        pods = self.read("pods", SMOKE_NS, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
+        jobs = sorted({(p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name", "?")
+                       for p in pods})
+        off_gpu = [p["metadata"]["name"] for p in pods
+                   if not any("gpu" in k for k in (nodes.get(p["spec"].get("nodeName") or "", {})
+                                                   .get("status", {}).get("capacity") or {}))]
+        if off_gpu:
+            raise SuiteFailure(f"TorchTune TrainJob {name}: pods not on GPU nodes: {', '.join(off_gpu)}")
+        return (f"BuiltinTrainer(TorchTuneConfig) on {runtime} -> {name} Complete (simulated on the KWOK GPU pool); "
+                f"steps: {', '.join(jobs)}")
+
+    def worker_killed(self) -> str:
+        r = worker_killed(self.kube, self.provider.kubeconfig, timeout=self.provider.job_timeout)
+        if r["state"] == "Complete":
+            return (f"killed {r['killed']}: the job's pods restarted, resumed from the step-{r['resumed_from']} "
+                    f"checkpoint and ended Complete {r['seconds_to_end']}s later")
+        return f"killed {r['killed']}: TrainJob {r['name']} ended Failed {r['seconds_to_end']}s later ({r['message'][:160]})"
+
+    def sdk_training(self) -> str:
+        self.trained = train_with_sdk(self.kube, self.provider.kubeconfig, nodemod.NODE_NAME,
+                                      timeout=int(self.provider.job_timeout))
+        r = self.trained
+        return (f"TrainerClient().train -> {r['name']} on {RELEASE}'s {RUNTIME}, {NODES} pods on "
+                f"{nodemod.NODE_NAME}: loss {r['loss_first']:.4f} -> {r['loss_last']:.4f} "
+                f"({STEPS} steps, read with get_job_logs); list_runtimes saw {len(r['runtimes'])} runtimes")
+
+    def checkpoint_kept(self) -> str:
+        r = checkpoint_outlives_pods(self.kube, self.trained["name"], images.reference("torch-cpu", self.lock),
+                                     nodemod.NODE_NAME)
+        return (f"TrainJob deleted; claim {r['claim']} kept; a fresh pod loaded the step-{r['step']} checkpoint: "
+                f"loss {r['trained_loss']:.4f} trained vs {r['untrained_loss']:.4f} untrained")

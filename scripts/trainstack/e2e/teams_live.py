@@ -31,20 +31,20 @@ from typing import Any
 
 import yaml
 
-from .. import kubeapi, paths
+from .. import api, kubeapi, paths
+from ..cluster import node as nodemod
 from ..cluster.local import FAIL_LABEL
 from ..errors import UserError
-from . import suite as suitemod
 from .providers.local import LocalProvider
 
 TEAMS_EXAMPLE = Path("examples") / "teams" / "values.yaml"
 GPU_RUNTIME = "torch-distributed-gpu"
 GPU_RESOURCE = "nvidia.com/gpu"
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+QUEUE_LABEL = api.QUEUE_LABEL
 TEAM_LABEL = "trainstack.io/team"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 HOLD_DELAY = "3600s"
-KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_GROUP = api.KUEUE_GROUP
 OVERRIDES = {
     "kueue": {"install": True},
     # team-b lends two GPUs; team-a may borrow one: the cohort keeps one idle GPU team-a may not take
@@ -78,8 +78,6 @@ class TeamsProvider(LocalProvider):
                                          "real node, KWOK GPU pools", **kwargs)
 
     def values_files(self) -> list[Path]:
-        from ..cluster import node as nodemod
-
         mirror = nodemod.MIRROR if self.real else None
         return [*super().values_files(),
                 *teams_values(self.run_dir, mirror, self.lock.image("kueue-controller").repository)]
@@ -92,7 +90,7 @@ def gpu_trainjob(name: str, namespace: str, team: str, runtime: dict[str, Any], 
                  hold: bool = True) -> dict[str, Any]:
     """A TrainJob of `team` on the GPU runtime (one GPU per node); `hold` keeps its pods Running."""
     job: dict[str, Any] = {
-        "apiVersion": f"{suitemod.GROUP}/v1alpha1",
+        "apiVersion": api.TRAINER_API,
         "kind": "TrainJob",
         "metadata": {"name": name, "namespace": namespace, "labels": {TEAM_LABEL: team, QUEUE_LABEL: team}},
         "spec": {"runtimeRef": {"name": runtime["metadata"]["name"]}, "trainer": {"numNodes": num_nodes}},

@@ -20,18 +20,16 @@
 
 Fault survival (e2e/faults.py) uses the same snapshots and TrainJob helpers. Providers that run
 the controllers outside the cluster (the local provider's host processes) pass `prepare` / `adapt`
-/ `after_uninstall` callbacks: `LocalAdapter` below, wired by `for_suite`.
+/ `after_uninstall` callbacks: `LocalAdapter` (localadapter.py), wired by `for_suite`.
+
+Here: the test itself (its steps and their record). The old tree is oldrelease.py, the snapshots
+and the webhook probe clusterstate.py, the CRDs of a chart render.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import tarfile
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,189 +38,29 @@ from typing import Any
 
 import yaml
 
-from .. import helm, kubeapi, paths, release, tools
+from .. import helm, kubeapi, paths, proc, progress, tools
 from .. import lock as lockmod
-from ..errors import UserError, output_line
+from .. import render as rendermod
+from ..api import TRAINER_API
+from ..errors import UserError
+from ..kubectl import Kubectl
+from ..render import crd_documents, rendered_crds
+from .base import GROUP, NAMESPACE, PART_OF, RELEASE
+from .clusterstate import TERMINAL, Snapshot, WebhookProbe, conflicts, longest_gap, losses, snapshot, terminal
+from .localadapter import WEBHOOK_KINDS, LocalAdapter
+from .oldrelease import build_old_chart, export_ref
+from .smokejobs import required_labels
 
-RELEASE = "trainstack"
-NAMESPACE = "kubeflow-system"
 JOBS_NS = "trainstack-upgrade"
-GROUP = "trainer.kubeflow.org"
-PART_OF = ("app.kubernetes.io/part-of", "trainstack")
 LABEL = "trainstack.io/e2e"
-TERMINAL = ("Complete", "Failed")
-WEBHOOK_KINDS = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
 
-
-# -- the old tree ---------------------------------------------------------------------------------
-
-
-def export_ref(root: Path, version_or_ref: str, dest: Path) -> tuple[str, str]:
-    """Write the tree of a release version or git ref into dest (git archive; the checkout is untouched)."""
-    commit, label = release.resolve(root, version_or_ref)
-    dest.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", commit], capture_output=True,
-                             timeout=120, check=False)
-    if archive.returncode != 0:
-        raise UserError(f"git archive {commit[:12]} failed: {archive.stderr.decode(errors='replace').strip()}")
-    with tempfile.TemporaryFile() as tmp:
-        tmp.write(archive.stdout)
-        tmp.seek(0)
-        with tarfile.open(fileobj=tmp) as tar:
-            tar.extractall(dest, filter="tar")
-    if not (dest / "charts" / "trainstack" / "Chart.yaml").is_file():
-        raise UserError(f"{label} has no charts/trainstack/Chart.yaml: not a trainstack release", exit_code=2)
-    return commit, label
-
-
-def build_old_chart(old_root: Path, python: str = sys.executable, timeout: float = 900) -> Path:
-    """Build the old tree's chart dependencies with the old tree's own tooling and lock (same tool cache)."""
-    env = {**os.environ, "TRAINSTACK_ROOT": str(old_root), "PYTHONPATH": str(old_root / "scripts")}
-    env.pop("TRAINSTACK_LOCK", None)
-    result = subprocess.run([python, "-m", "trainstack", "deps"], cwd=old_root, env=env, capture_output=True,
-                            text=True, timeout=timeout, check=False)
-    if result.returncode != 0:
-        said = output_line(result.stderr or result.stdout, markers=())
-        raise UserError(f"building the old chart's dependencies failed: {said}")
-    return old_root / "charts" / "trainstack"
-
-
-def rendered_crds(chart_dir: Path, value_args: list[str], namespace: str = NAMESPACE,
-                  lock: lockmod.Lock | None = None) -> list[dict[str, Any]]:
-    """The CRDs `helm install` of this chart with these values installs (its crds/ and those of the enabled
-    dependencies): `helm template --include-crds`, CRDs only."""
-    text = helm.run(["template", RELEASE, str(chart_dir), "--namespace", namespace, "--include-crds", *value_args],
-                    lock=lock).stdout
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [d for d in yaml.load_all(text, Loader=loader)
-            if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
-
-
-def crd_documents(chart_dir: Path) -> list[dict[str, Any]]:
-    """Every CRD a chart ships: its crds/ folder and the crds/ of each dependency archive in charts/."""
-    docs: list[dict[str, Any]] = []
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    for path in sorted((chart_dir / "crds").glob("*.yaml")):
-        docs += [d for d in yaml.load_all(path.read_text(), Loader=loader) if isinstance(d, dict) and d]
-    for archive in sorted((chart_dir / "charts").glob("*.tgz")):
-        with tarfile.open(archive) as tar:
-            for member in tar.getmembers():
-                parts = member.name.split("/")
-                if member.isfile() and "crds" in parts[:-1] and member.name.endswith((".yaml", ".yml")):
-                    text = tar.extractfile(member).read().decode()
-                    docs += [d for d in yaml.load_all(text, Loader=loader) if isinstance(d, dict) and d]
-    return [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
-
-
-# -- what is in the cluster -------------------------------------------------------------------------
-
-
-@dataclass
-class Snapshot:
-    trainjobs: dict[str, tuple[str, str]]  # ns/name -> (terminal condition type or '', its lastTransitionTime)
-    jobsets: set[str]
-    runtimes: set[str]  # kind/ns/name
-    crd_versions: dict[str, str]  # CRD name -> resourceVersion
-
-
-def terminal(obj: dict[str, Any]) -> tuple[str, str]:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
-        if cond.get("type") in TERMINAL and cond.get("status") == "True":
-            return cond["type"], str(cond.get("lastTransitionTime", ""))
-    return "", ""
-
-
-def _key(obj: dict[str, Any]) -> str:
-    meta = obj["metadata"]
-    return f"{meta.get('namespace', '')}/{meta['name']}"
-
-
-def snapshot(kube: Any) -> Snapshot:
-    api = kubeapi.for_kube(kube)
-
-    def listed(plural: str) -> list[dict[str, Any]]:
-        return kubeapi.items(api, kubeapi.resource(api, plural))
-
-    trainjobs = {_key(t): terminal(t) for t in listed("trainjobs")}
-    jobsets = {_key(j) for j in listed("jobsets")}
-    runtimes = {f"ClusterTrainingRuntime/{_key(r)}" for r in listed("clustertrainingruntimes")}
-    runtimes |= {f"TrainingRuntime/{_key(r)}" for r in listed("trainingruntimes")}
-    crds = {c["metadata"]["name"]: c["metadata"].get("resourceVersion", "") for c in listed("customresourcedefinitions")}
-    return Snapshot(trainjobs, jobsets, runtimes, crds)
-
-
-def losses(before: Snapshot, after: Snapshot, expect_gone: set[str] = frozenset()) -> list[str]:
-    """What the upgrade (or fault) lost or changed that users rely on, as sentences."""
-    problems = []
-    gone = sorted(set(before.trainjobs) - set(after.trainjobs) - expect_gone)
-    if gone:
-        problems.append(f"TrainJobs lost: {', '.join(gone)}")
-    changed = sorted(k for k, (state, at) in before.trainjobs.items()
-                     if state and k in after.trainjobs and after.trainjobs[k] != (state, at))
-    if changed:
-        problems.append("finished TrainJobs changed status: " + ", ".join(
-            f"{k} ({before.trainjobs[k][0]} -> {after.trainjobs[k][0] or 'not finished'})" for k in changed))
-    lost_sets = sorted(before.jobsets - after.jobsets)
-    if lost_sets:
-        problems.append(f"JobSets lost: {', '.join(lost_sets)}")
-    lost_runtimes = sorted(before.runtimes - after.runtimes - expect_gone)
-    if lost_runtimes:
-        problems.append(f"runtimes lost: {', '.join(lost_runtimes)}")
-    return problems
-
-
-def longest_gap(samples: list[tuple[float, bool]]) -> float:
-    """Longest time between the first rejected create of a run of rejections and the next admitted one."""
-    worst, start = 0.0, None
-    for at, ok in samples:
-        if not ok and start is None:
-            start = at
-        elif ok and start is not None:
-            worst, start = max(worst, at - start), None
-    if start is not None and samples:
-        worst = max(worst, samples[-1][0] - start)
-    return worst
-
-
-def conflicts(helm_output: str) -> list[str]:
-    """Field-manager conflicts helm reported (server-side apply), one line each."""
-    return [ln.strip() for ln in helm_output.splitlines() if "conflict" in ln.lower()]
-
-
-class WebhookProbe:
-    """A TrainJob create (server-side dry run: webhooks and policies, nothing stored) in a loop."""
-
-    def __init__(self, kube: Any, trainjob: dict[str, Any], interval: float = 0.2) -> None:
-        self.kube, self.text, self.interval = kube, yaml.safe_dump(trainjob), interval
-        self.samples: list[tuple[float, bool]] = []
-        self.last_error = ""
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            result = self.kube.kubectl("create", "--dry-run=server", "-f", "-", input_text=self.text, check=False,
-                                       timeout=30)
-            self.samples.append((time.monotonic(), result.returncode == 0))
-            if result.returncode:
-                self.last_error = (result.stderr.strip().splitlines() or [""])[-1][:300]
-            self._stop.wait(self.interval)
-
-    def __enter__(self) -> WebhookProbe:  # noqa: PYI034
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join(timeout=60)
-
-    @property
-    def rejected(self) -> int:
-        return sum(1 for _, ok in self.samples if not ok)
-
-    @property
-    def gap(self) -> float:
-        return longest_gap(self.samples)
+# Names that moved to clusterstate.py, localadapter.py, oldrelease.py and render.py, still importable
+# from here (faults.py and the tests read them as upgrade.X).
+__all__ = [
+    "GROUP", "JOBS_NS", "LABEL", "NAMESPACE", "PART_OF", "RELEASE", "TERMINAL", "WEBHOOK_KINDS", "LocalAdapter",
+    "Row", "Snapshot", "UpgradeTest", "WebhookProbe", "build_old_chart", "conflicts", "crd_documents", "export_ref",
+    "for_suite", "longest_gap", "losses", "rendered_crds", "report", "snapshot", "terminal",
+]
 
 
 # -- the test ----------------------------------------------------------------------------------------
@@ -250,7 +88,7 @@ class UpgradeTest:
     # Called right after each helm install/upgrade/rollback starts, while helm applies and waits
     # (e.g. the local provider re-pointing webhooks at its host controllers, as it does on install):
     # adapt(binary, verb, the running helm process).
-    adapt: Callable[[str, str, subprocess.Popen], None] | None = None
+    adapt: Callable[[str, str, proc.Popen], None] | None = None
     # Called right before each helm command starts: prepare(binary, verb).
     prepare: Callable[[str, str], None] | None = None
     finished_jobs: int = 2
@@ -263,8 +101,6 @@ class UpgradeTest:
     after_uninstall: Callable[[], None] | None = None
 
     def __post_init__(self) -> None:
-        from .kube import Kubectl
-
         self.lock = self.lock or lockmod.load()
         self.kube = Kubectl(self.kubeconfig, self.context, self.lock)
 
@@ -279,7 +115,7 @@ class UpgradeTest:
         self.rows.append(Row(step, "pass", time.monotonic() - start, detail))
         return detail
 
-    def helm(self, binary: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    def helm(self, binary: str, *args: str, timeout: float = 600) -> proc.CompletedProcess:
         cmd = [str(tools.require(binary, self.lock)), *args, "--kubeconfig", str(self.kubeconfig),
                *(["--kube-context", self.context] if self.context else [])]
         log = self.run_dir / f"{binary}-{args[0]}-{int(time.time() * 1000)}.log"
@@ -288,26 +124,24 @@ class UpgradeTest:
         with log.open("w") as sink:  # a file, not a pipe: helm never blocks on output while adapt runs
             sink.write("$ " + " ".join(cmd) + "\n")
             sink.flush()
-            proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=helm.env(self.lock))
+            process = proc.start(cmd, stdout=sink, stderr=proc.STDOUT, stdin=proc.DEVNULL, env=helm.env(self.lock),
+                                 what=f"{binary} {args[0]}")
             try:
                 if self.adapt is not None and args[0] in ("install", "upgrade", "rollback"):
-                    self.adapt(binary, args[0], proc)
-                proc.wait(timeout=timeout)
+                    self.adapt(binary, args[0], process)
+                process.wait(timeout=timeout)
             except BaseException:
-                proc.kill()
-                proc.wait()
+                process.kill()
+                process.wait()
                 raise
         out = log.read_text().split("\n", 1)[1]
-        if proc.returncode != 0:
+        if process.returncode != 0:
             raise UserError(f"{binary} {args[0]} failed: {helm.first_error_line(out)}", f"log: {log}")
-        return subprocess.CompletedProcess(cmd, proc.returncode, out, "")
+        return proc.CompletedProcess(cmd, process.returncode, out, "")
 
     def values(self, tree: Path) -> list[str]:
         """helm -f for the environment's values files in that tree, as its kustomization lists them
         (none when the tree has no such overlay: an older release may predate the environment)."""
-        from .. import render as rendermod
-
         if not (tree / "overlays" / self.env / "kustomization.yaml").is_file():
             return []
         return rendermod.value_args(self.env, root=tree)
@@ -330,17 +164,15 @@ class UpgradeTest:
     def job_labels(self) -> dict[str, str]:
         """Labels the new chart's bound policies require on TrainJobs (as the smoke suite sets them)."""
         if self.labels is None:
-            from . import suite
-
             objects = [d for d in yaml.safe_load_all(helm.run(
-                ["template", RELEASE, str(paths.chart_dir()), "--namespace", NAMESPACE, *self.values(self.root)],
-                lock=self.lock).stdout) if isinstance(d, dict)]
-            self.labels = suite.required_labels(objects)
+                helm.template_args(paths.chart_dir(), *self.values(self.root)), lock=self.lock).stdout)
+                if isinstance(d, dict)]
+            self.labels = required_labels(objects)
         return dict(self.labels)
 
     def trainjob(self, name: str, runtime: str, seconds: int = 1, suspend: bool = False) -> dict[str, Any]:
         job = {
-            "apiVersion": f"{GROUP}/v1alpha1", "kind": "TrainJob",
+            "apiVersion": TRAINER_API, "kind": "TrainJob",
             "metadata": {"name": name, "namespace": JOBS_NS, "labels": {LABEL: "upgrade", **self.job_labels()}},
             "spec": {"runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime", "apiGroup": GROUP},
                      "trainer": {"numNodes": 1, "command": ["python", "-c", f"import time; time.sleep({seconds})"]}},
@@ -557,8 +389,6 @@ class UpgradeTest:
 
 def report(test: UpgradeTest, failure: UserError | None = None) -> dict[str, Any]:
     """Print the step table and the figures; the same as data (for TRAINSTACK_E2E_SUMMARY / bench)."""
-    from .. import progress
-
     progress.table(f"trainstack e2e --upgrade-from {test.from_ref}", ["step", "result", "seconds", "detail"],
                    [(r.step, r.result, f"{r.seconds:.1f}", r.detail[:140]) for r in test.rows])
     for key, value in sorted(test.figures.items()):
@@ -567,102 +397,6 @@ def report(test: UpgradeTest, failure: UserError | None = None) -> dict[str, Any
             "figures": test.figures,
             "steps": [{"step": r.step, "result": r.result, "seconds": round(r.seconds, 1), "detail": r.detail}
                       for r in test.rows]}
-
-
-# -- the local provider's host controllers through helm install/upgrade/rollback -------------------
-
-
-class LocalAdapter:
-    """Keeps the local provider's host-process controllers reachable while helm changes the release.
-
-    On KWOK nodes the chart's controllers run as local processes, and their webhook Services and
-    configurations are re-pointed at them after install (the provider's `while_installing`). `helm
-    upgrade` and `helm rollback` put the chart's Service and webhook client config back; this
-    re-points them as soon as helm has written them, while helm waits. The webhook gap measured
-    on KWOK therefore includes this re-pointing (on a real node the controllers are pods and
-    nothing is re-pointed)."""
-
-    def __init__(self, provider: Any, suite: Any) -> None:
-        self.provider, self.suite = provider, suite
-        self.repointed = 0
-
-    def adapt(self, binary: str, verb: str, proc: subprocess.Popen) -> None:
-        if getattr(self.provider, "real", False):
-            return
-        if verb == "install" or self.provider.controllers is None:
-            self.provider.while_installing(self.suite, proc)
-            return
-        # helm writes the Services and webhook configurations while it runs: watch them and re-point on a
-        # change (the first list of each watch counts as one); the 0.2s tick only looks at helm's process
-        api = kubeapi.for_kube(self.provider.cluster)
-        deadline = time.monotonic() + 600
-        with kubeapi.Changes(600) as changes:
-            from kubernetes import client as k8s
-
-            changes.watch("services", api, k8s.CoreV1Api(api).list_namespaced_service, namespace=NAMESPACE)
-            for kind in WEBHOOK_KINDS:
-                changes.watch(kind, api, kubeapi.resource(api, kind))
-            while proc.poll() is None and time.monotonic() < deadline:
-                if changes.changed(0.2) and self.diverged():
-                    self.provider.controllers.point_webhooks_here()
-                    self.repointed += 1
-        if self.diverged():
-            self.provider.controllers.point_webhooks_here()
-            self.repointed += 1
-
-    def prepare(self, binary: str, verb: str) -> None:
-        """Before helm upgrade/rollback: drop the field ownership of the local re-pointing (manager
-        kubectl-patch) on the chart's Services and webhook configurations, so helm (server-side apply in
-        v4) takes its fields back as on a cluster where nobody re-pointed them. Without this, helm v4
-        reports a conflict on Service .spec.type that only the local adaptation causes."""
-        if verb not in ("upgrade", "rollback") or getattr(self.provider, "real", False) or not self.provider.controllers:
-            return
-        cluster = self.provider.cluster
-        names = [n for ctl in self.provider.controllers.controllers for n in ctl.services]
-        targets = [("service", n, NAMESPACE) for n in names]
-        for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-            targets += [(kind, c["metadata"]["name"], "") for c in cluster.kubectl_json("get", kind)["items"]]
-        for kind, name, ns in targets:
-            ns_args = ["-n", ns] if ns else []
-            obj = cluster.kubectl_json("get", kind, name, *ns_args, "--show-managed-fields")
-            managed = obj["metadata"].get("managedFields") or []
-            kept = [m for m in managed if m.get("manager") != "kubectl-patch"]
-            if len(kept) != len(managed):
-                cluster.kubectl("patch", kind, name, *ns_args, "--type=merge",
-                                "-p", json.dumps({"metadata": {"managedFields": kept or [{}]}}))
-
-    def diverged(self) -> bool:
-        from kubernetes import client as k8s
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        ctls = self.provider.controllers
-        cluster = self.provider.cluster
-        api = kubeapi.for_kube(cluster)
-        try:
-            services = {s["metadata"]["name"]: s for s in kubeapi.items(
-                api, k8s.CoreV1Api(api).list_namespaced_service, namespace=NAMESPACE)}
-            configs = [c for kind in WEBHOOK_KINDS for c in kubeapi.items(api, kubeapi.resource(api, kind))]
-        except (ApiException, HTTPError):  # the API server busy or away: look again on the next change
-            return False
-        ports = {name: ctl.webhook_port for ctl in ctls.controllers for name in ctl.services}
-        if any((services.get(n, {}).get("spec") or {}).get("type") != "ExternalName" for n in ports):
-            return True
-        bundle = cluster.ca_bundle()
-        for config in configs:
-            for hook in config.get("webhooks") or []:
-                client = hook.get("clientConfig") or {}
-                ref = client.get("service") or {}
-                if ref.get("namespace") == NAMESPACE and ref.get("name") in ports and (
-                        ref.get("port") != ports[ref["name"]] or client.get("caBundle") != bundle):
-                    return True
-        return False
-
-    def after_uninstall(self) -> None:
-        if getattr(self.provider, "real", False):
-            return
-        self.provider.after_uninstall(self.suite)
-        self.provider.controllers = None
 
 
 def for_suite(suite: Any, from_ref: str, run_dir: Path, **kwargs: Any) -> UpgradeTest:

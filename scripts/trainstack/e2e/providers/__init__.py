@@ -6,10 +6,10 @@ below let a provider say what it cannot do (e.g. kind has no GPU nodes) instead 
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
+from ... import proc
 from ...errors import output_line
 
 PROVIDERS = ("auto", "local", "kind", "existing")
@@ -32,7 +32,7 @@ class Provider:
     def describe(self) -> str:
         return self.name
 
-    def while_installing(self, suite: Any, proc: subprocess.Popen) -> str | None:
+    def while_installing(self, suite: Any, process: proc.Popen) -> str | None:
         """Runs while `helm install --wait` waits (the local provider starts its controllers here)."""
         return None
 
@@ -53,12 +53,10 @@ class Provider:
 def docker_answers(timeout: float = 10) -> tuple[bool, str]:
     """(True, '') when a Docker engine answers `docker version`, else (False, why)."""
     try:
-        result = subprocess.run(
-            ["docker", "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True, timeout=timeout
-        )
-    except FileNotFoundError:
-        return False, "no docker command"
-    except subprocess.TimeoutExpired:
+        result = proc.run(["docker", "version", "--format", "{{.Server.Version}}"], check=False, timeout=timeout)
+    except proc.CommandError as err:
+        if err.missing:
+            return False, "no docker command"
         return False, f"docker did not answer within {timeout:.0f}s"
     if result.returncode != 0 or not result.stdout.strip():
         return False, output_line(result.stderr, markers=(), empty="the Docker engine did not answer")

@@ -13,8 +13,8 @@ from typing import Any
 
 from ... import lock as lockmod
 from ...errors import UserError, output_line
-from .. import suite as suitemod
-from ..kube import Kubectl
+from ...kubectl import Kubectl
+from ..smokejobs import is_gpu
 from . import Provider
 
 
@@ -58,4 +58,4 @@ class ExistingProvider(Provider):
     def unsupported(self, jobs: list[Any]) -> dict[str, str]:
         if self.gpu_nodes:
             return {}
-        return {j.name: "no node offers GPUs" for j in jobs if suitemod.is_gpu(j.runtime)}
+        return {j.name: "no node offers GPUs" for j in jobs if is_gpu(j.runtime)}

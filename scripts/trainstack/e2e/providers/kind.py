@@ -8,14 +8,14 @@ nodes, so GPU runtimes' smoke jobs are reported as skipped, and pods are not fai
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from ... import lock as lockmod
-from ... import paths, progress, tools
+from ... import paths, proc, progress, tools
 from ...errors import UserError, output_line
-from .. import suite as suitemod
+from ...kubectl import Kubectl
+from ..smokejobs import golden_runtimes, is_gpu, pod_specs
 from . import Provider, docker_answers
 
 CONFIG = Path("e2e") / "kind-config.yaml"
@@ -31,10 +31,10 @@ def needed_images(lock: lockmod.Lock, rendered: list[dict[str, Any]]) -> list[st
             specs.append(obj["spec"]["template"]["spec"])
         if (
             obj.get("kind") == "ClusterTrainingRuntime"
-            and obj in suitemod.golden_runtimes(rendered)
-            and not suitemod.is_gpu(obj)
+            and obj in golden_runtimes(rendered)
+            and not is_gpu(obj)
         ):
-            specs += suitemod.pod_specs(obj)
+            specs += pod_specs(obj)
         for spec in specs:
             for container in spec.get("initContainers", []) + spec.get("containers", []):
                 if container.get("image") and container["image"] not in images:
@@ -44,12 +44,14 @@ def needed_images(lock: lockmod.Lock, rendered: list[dict[str, Any]]) -> list[st
 
 def image_available(image: str, pull: bool = True, timeout: float = 900) -> tuple[bool, str]:
     try:
-        if subprocess.run(["docker", "image", "inspect", image], capture_output=True, timeout=30).returncode == 0:
+        if proc.run(["docker", "image", "inspect", image], check=False, timeout=30).returncode == 0:
             return True, "present"
         if not pull:
             return False, "not in the local Docker engine"
-        result = subprocess.run(["docker", "pull", "-q", image], capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
+        result = proc.run(["docker", "pull", "-q", image], check=False, timeout=timeout)
+    except proc.CommandError as err:
+        if err.missing:  # no docker command: the caller has asked docker_answers() first
+            raise
         return False, f"docker pull did not finish within {timeout:.0f}s"
     if result.returncode != 0:
         return False, output_line(result.stderr, markers=(), empty="docker pull failed")
@@ -81,14 +83,10 @@ class KindProvider(Provider):
         self.kubeconfig = run_dir / "kubeconfig"
         self.created = False
 
-    def _kind(self, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [str(tools.require("kind", self.lock)), *args], capture_output=True, text=True, timeout=timeout
-        )
+    def _kind(self, *args: str, timeout: float = 600) -> proc.CompletedProcess:
+        return proc.run([str(tools.require("kind", self.lock)), *args], check=False, timeout=timeout)
 
     def up(self, suite: Any) -> Any:
-        from ..kube import Kubectl
-
         ok, why = docker_answers()
         if not ok:
             raise UserError(
@@ -133,7 +131,7 @@ class KindProvider(Provider):
         return f"kind cluster {CLUSTER}, node image {self.lock.kind_node_image().reference()}"
 
     def unsupported(self, jobs: list[Any]) -> dict[str, str]:
-        return {j.name: "kind has no GPU nodes" for j in jobs if suitemod.is_gpu(j.runtime)}
+        return {j.name: "kind has no GPU nodes" for j in jobs if is_gpu(j.runtime)}
 
     def logs(self) -> dict[str, Path]:
         if not self.created:

@@ -14,19 +14,21 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from ... import images, paths, proc, progress, tools
 from ... import lock as lockmod
-from ... import paths, progress, tools
+from ...cluster import node as nodemod
+from ...cluster import sandbox
 from ...cluster.local import GPU_RESOURCE, PORT_NAMES, LocalCluster, NodePool, pid_alive, stop_pids
 from ...errors import UserError
-from .. import suite as suitemod
+from ..base import NAMESPACE
 from ..hostcontrollers import CONTROLLER_IMAGES, HostControllers
+from ..smokejobs import accelerators, golden_runtimes, is_gpu, node_selector, pod_specs, tolerations
 from . import Provider
 
 
@@ -39,15 +41,15 @@ def pools_for(runtimes: list[dict[str, Any]]) -> list[NodePool]:
     pools = [NodePool("cpu", count=2)]
     wanted: dict[str, list[dict[str, Any]]] = {}
     for runtime in runtimes:
-        for resource in suitemod.accelerators(runtime):
+        for resource in accelerators(runtime):
             wanted.setdefault(resource, []).append(runtime)
     wanted.setdefault(GPU_RESOURCE, [])
     for resource, users in sorted(wanted.items()):
         labels: dict[str, str] = {}
         taints: list[dict[str, str]] = []
         for runtime in users:
-            labels.update(suitemod.node_selector(runtime))
-            for tol in suitemod.tolerations(runtime):
+            labels.update(node_selector(runtime))
+            for tol in tolerations(runtime):
                 if tol.get("key") and tol.get("effect", "NoSchedule") in ("NoSchedule", ""):
                     taint = {"key": tol["key"], "value": tol.get("value") or "present", "effect": "NoSchedule"}
                     if taint not in taints:
@@ -90,9 +92,6 @@ def simulated_pools(pools: list[NodePool], nodes: str) -> list[NodePool]:
 def mirror_values(lock: lockmod.Lock, path: Path) -> Path:
     """Helm values for the real node: every image from the cluster's registry, CPU sizes that fit
     one 2-core node, the torch runtimes on the CPU torch image built here, output volumes on."""
-    from ... import images
-    from ...cluster import node as nodemod
-
     mirror = nodemod.MIRROR
     torch_repo, torch_tag = images.repository_tag("torch-cpu", lock)
     small = {"cpu": "500m", "memory": "1536Mi"}
@@ -114,14 +113,14 @@ def mirror_values(lock: lockmod.Lock, path: Path) -> Path:
 
 def controller_binaries(rendered: list[dict[str, Any]], lock: lockmod.Lock) -> list[str]:
     """Pinned controller binaries for the Deployments the chart renders (matched by image)."""
-    images = {name: lock.image(name).repository for name in CONTROLLER_IMAGES}
+    repos = {name: lock.image(name).repository for name in CONTROLLER_IMAGES}
     found = []
     for obj in rendered:
         if obj.get("kind") != "Deployment":
             continue
         for container in obj["spec"]["template"]["spec"].get("containers", []):
             repo = container.get("image", "").split("@")[0].rsplit(":", 1)[0]
-            found += [name for name, r in images.items() if repo.endswith(r) and name not in found]
+            found += [name for name, r in repos.items() if repo.endswith(r) and name not in found]
     return found
 
 
@@ -166,22 +165,20 @@ class LocalProvider(Provider):
         for binary in controller_binaries(suite.rendered, self.lock):  # a missing one fails before anything starts
             tools.require(binary, self.lock)
         if self.real:
-            from ...cluster import sandbox
-
             for binary in REAL_NODE_TOOLS:
                 tools.require(binary, self.lock)
             sandbox.check_host()
             for line in sandbox.cleanup_stale():
                 progress.info(f"  {line} (left by an earlier run)")
-        pools = simulated_pools(pools_for(suitemod.golden_runtimes(suite.rendered)), self.nodes)
+        pools = simulated_pools(pools_for(golden_runtimes(suite.rendered)), self.nodes)
         self.cluster = LocalCluster(
             # unique per run directory (two runs in one process, or of equal pids, never share a name)
             name=f"trainstack-e2e-{hashlib.sha256(str(self.run_dir.resolve()).encode()).hexdigest()[:6]}",
             workdir=self.run_dir / "kwok",
             pools=pools,
             port_base=self.port_base,
-            cert_sans=(f"*.{suitemod.NAMESPACE}.svc",),
-            host_namespaces=() if self.real else (suitemod.NAMESPACE,),
+            cert_sans=(f"*.{NAMESPACE}.svc",),
+            host_namespaces=() if self.real else (NAMESPACE,),
             lock=self.lock,
             real_node=self.real,
             image_names=self.needed_images(suite) if self.real else None,
@@ -203,15 +200,11 @@ class LocalProvider(Provider):
         )
         real = ""
         if self.real:
-            from ...cluster import node as nodemod
-
             real = (f"real node {nodemod.NODE_NAME} (kubelet + containerd, sandbox {self.cluster.sandbox.netns}); "
                     f"registry {nodemod.MIRROR} (host 127.0.0.1:{self.cluster.registry_port}); ")
         return f"kube-apiserver {self.cluster.server()}; {real}KWOK {pools or 'none'}"
 
     def needed_images(self, suite: Any) -> list[str]:
-        from ... import images
-
         wanted = ["pause", "coredns", "trainer-controller-manager", "jobset-controller",
                   *suite.workload_images]
         if suite.data_cache:
@@ -220,10 +213,10 @@ class LocalProvider(Provider):
 
     def is_real(self, job: Any) -> bool:
         """A smoke job runs for real when it needs no GPU and every image it uses was built here."""
-        if not self.real or self.cluster is None or suitemod.is_gpu(job.runtime):
+        if not self.real or self.cluster is None or is_gpu(job.runtime):
             return False
         built = {b.reference for b in self.cluster.built_images}
-        used = {c.get("image", "") for spec in suitemod.pod_specs(job.runtime)
+        used = {c.get("image", "") for spec in pod_specs(job.runtime)
                 for c in spec.get("containers", []) + spec.get("initContainers", [])}
         return bool(used) and used <= built
 
@@ -236,13 +229,11 @@ class LocalProvider(Provider):
         """nodeSelector and tolerations that put a smoke job on the real node or on the KWOK pools."""
         if not self.real:
             return {}, []
-        from ...cluster import node as nodemod
-
         if self.is_real(job):
             return {"kubernetes.io/hostname": nodemod.NODE_NAME}, []
         return {"type": "kwok"}, [{"key": SIMULATED_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
 
-    def while_installing(self, suite: Any, proc: subprocess.Popen) -> str:
+    def while_installing(self, suite: Any, process: proc.Popen) -> str:
         assert self.cluster is not None
         if self.real:
             return "the chart's controllers run as pods on the real node, images pulled from the cluster's registry"
@@ -253,11 +244,11 @@ class LocalProvider(Provider):
         }
         deadline = time.monotonic() + 120
         while True:  # helm creates every object, then waits: start the controllers once they exist
-            if proc.poll() is not None:
+            if process.poll() is not None:
                 return ""
             have = set()
             for kind in ("deployments", "mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
-                args = ["get", kind, "-o", "json"] + (["-n", suitemod.NAMESPACE] if kind == "deployments" else [])
+                args = ["get", kind, "-o", "json"] + (["-n", NAMESPACE] if kind == "deployments" else [])
                 result = self.cluster.kubectl(*args, check=False)
                 if result.returncode == 0:
                     for item in json.loads(result.stdout)["items"]:
@@ -270,7 +261,7 @@ class LocalProvider(Provider):
         base = None if self.port_base is None else self.port_base + len(PORT_NAMES)
         self.controllers = HostControllers(
             self.cluster,
-            suitemod.NAMESPACE,
+            NAMESPACE,
             self.run_dir / "controllers",
             port_base=base,
             extra_args=self.controller_args,
@@ -391,8 +382,6 @@ def down_kept() -> str:
         shutil.rmtree(state["run_dir"], ignore_errors=True)
         path.unlink()
         stopped.append(f"{state['cluster']} ({len(pids)} processes)")
-    from ...cluster import sandbox
-
     stopped += sandbox.cleanup_stale()
     if not stopped:
         return "nothing to stop: no kept local e2e cluster"

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .. import lock as lockmod
-from .. import tools
-from ..errors import UserError, output_line
+from . import lock as lockmod
+from . import proc, tools
+from .errors import UserError, output_line
 
 
 class Kubectl:
@@ -35,15 +33,9 @@ class Kubectl:
 
     def kubectl(
         self, *args: str, input_text: str | None = None, check: bool = True, timeout: float = 60
-    ) -> subprocess.CompletedProcess:
-        result = subprocess.run(
-            [*self.base(), *args],
-            capture_output=True,
-            text=True,
-            input=input_text,
-            timeout=timeout,
-            env=dict(os.environ),
-        )
+    ) -> proc.CompletedProcess:
+        result = proc.run([*self.base(), *args], check=False, input=input_text, timeout=timeout,
+                          what=f"kubectl {' '.join(args[:3])}")
         if check and result.returncode != 0:
             said = output_line(result.stderr or result.stdout, markers=())
             raise UserError(f"kubectl {' '.join(args[:3])} failed: {said}")

@@ -1,0 +1,54 @@
+"""What every e2e module shares: the names of the suite's namespaces and labels, the failure it
+raises, the record of a step, and how a TrainJob's end reads. Nothing here talks to a cluster."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .. import api
+from ..errors import UserError, output_line
+
+# The suite's old module-level names, kept because the e2e modules and tests read them from here.
+RELEASE = api.RELEASE
+NAMESPACE = api.NAMESPACE
+SMOKE_NS = "trainstack-e2e"
+PART_OF = api.PART_OF
+FRAMEWORK_LABEL = api.FRAMEWORK_LABEL
+GROUP = api.TRAINER_GROUP
+VERSION = api.TRAINER_VERSION  # the Trainer API version of TrainJobs and runtimes (v2.3.0)
+LWS_GROUP = api.LWS_GROUP
+LWS_NAME_LABEL = api.LWS_NAME_LABEL
+SMOKE_NODES = 2
+MASTER_PORT = "29500"
+
+
+class SuiteFailure(UserError):
+    """A check failed: the message says which and why."""
+
+
+@dataclass
+class Step:
+    name: str
+    result: str = "not run"  # pass | FAIL | skip | not run
+    seconds: float = 0.0
+    detail: str = ""
+
+
+def terminal_state(trainjob: dict[str, Any] | None) -> tuple[str, str]:
+    """('Complete'|'Failed'|'', message) from a TrainJob's conditions."""
+    if not trainjob:
+        return "", ""
+    for cond in (trainjob.get("status") or {}).get("conditions") or []:
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return cond["type"], f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
+    return "", ""
+
+
+def said_line(text: str) -> str:
+    """The last line of a rejection or failure (kubectl's error), "" when there is none."""
+    return output_line(text, markers=(), empty="")
+
+
+def summary_rows(steps: list[Step]) -> list[tuple[str, str, str, str]]:
+    return [(s.name, s.result, f"{s.seconds:.1f}", s.detail[:120]) for s in steps]

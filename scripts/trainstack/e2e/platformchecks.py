@@ -1,0 +1,132 @@
+"""The suite's checks of the platform itself, however it was installed (helm, Argo CD, nothing):
+CRDs established, controllers and webhooks answering, the golden runtimes and policies the chart
+rendered in the cluster, the data cache's LeaderWorkerSet, and the smoke TrainJobs admitted."""
+
+from __future__ import annotations
+
+import time
+
+import yaml
+
+from .. import api, kubeapi
+from .base import FRAMEWORK_LABEL, LWS_NAME_LABEL, NAMESPACE, PART_OF, SMOKE_NS, SuiteFailure, said_line
+from .smokejobs import SmokeJob, golden_runtimes, job_name, pod_specs
+
+
+class PlatformChecks:
+    """Steps that check what any install brought up (mixed into Suite: uses its kube, rendered,
+    job_labels, api and read)."""
+
+    def crds_established(self) -> str:
+        names = [o["metadata"]["name"] for o in self.rendered if o.get("kind") == "CustomResourceDefinition"]
+        self.kube.kubectl(
+            "wait", "--for=condition=Established", "--timeout=60s", *[f"crd/{n}" for n in names], timeout=90
+        )
+        return f"{len(names)} CRDs"
+
+    def controllers_ready(self) -> str:
+        self.kube.kubectl(
+            "wait", "--for=condition=Available", "--timeout=90s", "deployment", "--all", "-n", NAMESPACE, timeout=120
+        )
+        # A server-side dry run passes the TrainJob through the mutating and validating webhooks.
+        probe = SmokeJob("webhook-probe", golden_runtimes(self.rendered)[0], labels=self.job_labels)
+        probe = probe.manifest(NAMESPACE)
+        deadline = time.monotonic() + 30
+        while True:
+            result = self.kube.kubectl(
+                "create", "--dry-run=server", "-f", "-", input_text=yaml.safe_dump(probe), check=False
+            )
+            if result.returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise SuiteFailure(f"webhooks do not answer a dry-run TrainJob: {said_line(result.stderr)}")
+            time.sleep(0.5)
+        deploys = self.read("deployments", NAMESPACE)
+        return f"{len(deploys)} Deployments Available; TrainJob dry run admitted by the webhooks"
+
+    def runtimes_installed(self) -> str:
+        wanted = {r["metadata"]["name"]: r for r in golden_runtimes(self.rendered)}
+        selector = f"{PART_OF[0]}={PART_OF[1]}"
+        items = self.read("clustertrainingruntimes", label_selector=selector)
+        have = {r["metadata"]["name"]: r for r in items}
+        missing = sorted(set(wanted) - set(have))
+        if missing:
+            raise SuiteFailure(f"golden runtimes rendered by the chart are not in the cluster: {', '.join(missing)}")
+        unlabelled = sorted(n for n, r in have.items() if not (r["metadata"].get("labels") or {}).get(FRAMEWORK_LABEL))
+        if unlabelled:
+            raise SuiteFailure(f"runtimes without the {FRAMEWORK_LABEL} label: {', '.join(unlabelled)}")
+        return ", ".join(sorted(have))
+
+    def policies_installed(self) -> str:
+        kinds = ("ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding")
+        rendered = [(o["kind"], o["metadata"]["name"]) for o in self.rendered if o.get("kind") in kinds]
+        if not rendered:
+            return "skipped: the chart renders no ValidatingAdmissionPolicy for this env"
+        have = set()
+        for kind, resource in zip(
+            kinds, ("validatingadmissionpolicies", "validatingadmissionpolicybindings"), strict=False
+        ):
+            for item in self.read(resource):
+                have.add((kind, item["metadata"]["name"]))
+        missing = [f"{k}/{n}" for k, n in rendered if (k, n) not in have]
+        if missing:
+            raise SuiteFailure(f"rendered policies are not in the cluster: {', '.join(missing)}")
+        return (
+            f"{sum(1 for k, _ in rendered if k == kinds[0])} policies, "
+            f"{sum(1 for k, _ in rendered if k == kinds[1])} bindings"
+        )
+
+    def check_lws(self) -> str:
+        """What the cache initializer relies on: a LeaderWorkerSet passes LWS's webhooks and its controller acts."""
+        images = [
+            e.get("value", "")
+            for spec in (s for r in golden_runtimes(self.rendered) for s in pod_specs(r))
+            for c in spec.get("containers", [])
+            for e in c.get("env") or []
+            if e.get("name") == "CACHE_IMAGE"
+        ]
+        if not images:
+            raise SuiteFailure("the data cache is on but no golden runtime sets CACHE_IMAGE")
+        name = "cache-probe"
+        lws = {
+            "apiVersion": api.LWS_API,
+            "kind": "LeaderWorkerSet",
+            "metadata": {"name": name, "namespace": SMOKE_NS},
+            "spec": {
+                "replicas": 1,
+                "leaderWorkerTemplate": {
+                    "size": 1,
+                    "workerTemplate": {"spec": {"containers": [{"name": "cache", "image": images[0]}]}},
+                },
+            },
+        }
+        result = self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(lws), check=False)
+        if result.returncode != 0:
+            raise SuiteFailure(f"LeaderWorkerSet {name} not admitted: {said_line(result.stderr)}")
+        selector = f"{LWS_NAME_LABEL}={name}"
+        # the controller makes the StatefulSet, whose controller makes the pod: watch for the pod
+        found = kubeapi.wait_for(self.api(), kubeapi.pods(self.api()), lambda pods: pods, timeout=60,
+                                 namespace=SMOKE_NS, label_selector=selector) or {}
+        sets = self.read("statefulsets", SMOKE_NS, label_selector=selector)
+        if not (sets and found):
+            raise SuiteFailure(
+                f"LeaderWorkerSet {name}: {len(sets)} StatefulSet(s), {len(found)} pod(s) after 60s: "
+                "the LWS controller does not reconcile"
+            )
+        self.kube.kubectl("delete", "leaderworkerset", name, "-n", SMOKE_NS, "--timeout=60s", timeout=90)
+        return f"LeaderWorkerSet {name} admitted; controller made StatefulSet {sets[0]['metadata']['name']} and its pod"
+
+    def smoke_dry_run(self) -> str:
+        """Each smoke TrainJob through admission (webhooks, policies) without creating it."""
+        names = []
+        for runtime in golden_runtimes(self.rendered):
+            job = SmokeJob(job_name(runtime["metadata"]["name"]), runtime, labels=self.job_labels)
+            result = self.kube.kubectl(
+                "create", "--dry-run=server", "-f", "-", input_text=yaml.safe_dump(job.manifest("default")), check=False
+            )
+            if result.returncode != 0:
+                raise SuiteFailure(
+                    f"TrainJob {job.name} (runtime {job.runtime_name}) is not admitted: {said_line(result.stderr)}"
+                )
+            names.append(job.name)
+        return f"{len(names)} smoke TrainJobs admitted: {', '.join(names)} (read-only: pass --install to run them)"
