@@ -361,4 +361,5 @@ def _revalidate_with_input_crds(validator: Validator, outcome: Outcome, texts: d
         for doc in documents.documents(file, text):
             if doc.index in indexes:
                 validator.document(doc, again, keep=False)
-    outcome.findings.extend(f for f in again.findings if f.rule not in ("yaml-syntax", "duplicate-key", "json-value"))
+    parse_rules = ("yaml-syntax", "duplicate-key", "json-value", "invalid-text")  # already reported once
+    outcome.findings.extend(f for f in again.findings if f.rule not in parse_rules)
