@@ -25,8 +25,9 @@ import struct
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from . import cmdline, paths, proc, progress, trainenv
 from .cluster.common import free_port
@@ -41,6 +42,16 @@ LOCAL_MASTER_ADDR = "127.0.0.1"
 MASTER_ADDR_NOTE = ("PET_MASTER_ADDR is 127.0.0.1 on this machine; in a cluster the controller sets "
                     "<trainjob>-node-0-0.<trainjob> (pod 0 behind the JobSet's headless Service)")
 STOP_GRACE_S = 10.0
+
+
+class NodeSpec(TypedDict):
+    """One node of a `launch` spec (the spec travels as JSON to a launcher in a network namespace)."""
+    rank: int
+    pet: dict[str, str]
+    argv: list[str]
+    env: dict[str, str]
+    stdout: str
+    stderr: str
 
 
 # ---- running the nodes ----------------------------------------------------------------------------
@@ -202,7 +213,7 @@ _NOISE = re.compile(r"^(Traceback|  File |    |\[rank\d+\]:|W\d{4} |I\d{4} |E\d{
                     r".*UserWarning|  cpu = _conversion)")
 
 
-def failure_lines(node: dict, count: int = 3) -> str:
+def failure_lines(node: Mapping[str, Any], count: int = 3) -> str:
     """The last lines of a node's log that say what went wrong, without torchrun's failure banner."""
     text = Path(node["stderr"]).read_text(errors="replace") + Path(node["stdout"]).read_text(errors="replace")
     lines = [ln.rstrip() for ln in text.splitlines() if ln.strip()]
@@ -274,7 +285,7 @@ def run_smoke(args: argparse.Namespace) -> dict:
                   *args.script_args]
     local_env = {"PYTHONUNBUFFERED": "1", "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo",
                  "PYTHONWARNINGS": "ignore:Failed to initialize NumPy"}
-    spec_nodes = []
+    spec_nodes: list[NodeSpec] = []
     for rank in range(nodes):
         pet = pet_env(args.trainjob, nodes, rank, resources, master_addr=LOCAL_MASTER_ADDR, master_port=port)
         spec_nodes.append({"rank": rank, "pet": pet, "argv": [*torchrun, str(script), *train_args],

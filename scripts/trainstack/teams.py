@@ -117,7 +117,7 @@ def add(env: str, name: str, entry: dict, values_path: Path | None = None, check
         raise UserError(f"{rel}: not valid YAML: {str(err).splitlines()[0]}") from None
     if data is None:
         data = CommentedMap()
-    if not isinstance(data, dict):
+    if not isinstance(data, CommentedMap):  # the round-trip loader reads every mapping as one
         raise UserError(f"{rel}: the values file must be a YAML mapping")
     teams = data.get("teams")
     if teams is None:

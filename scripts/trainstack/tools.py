@@ -15,6 +15,7 @@ import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from . import lock as lockmod
 from . import paths, proc, progress
@@ -57,7 +58,7 @@ def _stamp(tool: lockmod.Tool) -> dict | None:
 
 def _recipe(tool: lockmod.Tool) -> dict:
     """What, besides the module and version, decides the binaries: a change rebuilds them."""
-    recipe = {"ldflags": tool.ldflags, "tags": list(tool.tags), "packages": tool.packages}
+    recipe: dict[str, Any] = {"ldflags": tool.ldflags, "tags": list(tool.tags), "packages": tool.packages}
     # Only when set, so the stamps of tools that use none of them stay valid.
     if tool.go_toolchain:
         recipe["goToolchain"] = tool.go_toolchain

@@ -27,9 +27,10 @@ PARTS: dict[str, str] = {
     "scale": "trainstack.benchmarks.scale:run",
     "gitops": "trainstack.benchmarks.gitops:run",
     "tests": "trainstack.benchmarks.tests:run",
+    "fuzz": "trainstack.benchmarks.fuzz:run",
 }
 # `trainstack bench` with no part runs these; `tests` (the whole of `make test` on a fresh clone) only when named.
-DEFAULT_PARTS = ("validate", "e2e", "scale", "gitops")
+DEFAULT_PARTS = ("validate", "e2e", "scale", "gitops", "fuzz")
 
 
 def results_dir() -> Path:
@@ -95,6 +96,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--growth", action="store_true", help="also run 100 and 300 workloads first (10, 30 nodes)")
     scale.add_argument("--tuned", metavar="ENV|FILE",
                        help="run again with the controller QPS/burst/concurrency of overlays/ENV (or a values file)")
+    fuzz = parser.add_argument_group("fuzz (validate's property tests, randomized, many examples)")
+    fuzz.add_argument("--fuzz-examples", type=int, metavar="N",
+                      help="examples per property test (default 5000; CI runs 60-250, derandomized)")
     tests = parser.add_argument_group("tests (make test per tier on a fresh clone of HEAD)")
     tests.add_argument("--tiers", metavar="LIST", help="tiers to time, comma-separated (default unit,chart,integration,e2e)")
     parser.add_argument("--results-dir", type=Path, help="write results here (default bench/results)")

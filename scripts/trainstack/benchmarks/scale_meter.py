@@ -142,17 +142,19 @@ class Meter:
         cpu["bench-client"] = round(after["self_cpu"] - self.before["self_cpu"], 2)
         controllers = {}
         for name, series in after["controllers"].items():
-            got = {key: delta(values, self.before["controllers"][name][key]) for key, values in series.items()}
-            work, done = got.pop("work_seconds"), got.pop("work_items")
+            deltas = {key: delta(values, self.before["controllers"][name][key]) for key, values in series.items()}
+            work, done = deltas.pop("work_seconds"), deltas.pop("work_items")
+            queued, items = deltas.pop("queue_seconds"), deltas.pop("queue_items")
             busy = {q: round(s / wall, 2) for q, s in work.items()}
+            got: dict[str, Any] = dict(deltas)  # the counters, then what is derived from them
             got["reconcile_mean_s"] = {q: round(s / done[q], 4) for q, s in work.items() if done.get(q)}
-            queued, items = got.pop("queue_seconds"), got.pop("queue_items")
             got["workqueue_busy_fraction"] = busy  # reconcile seconds per second: ~1.0 x workers = saturated
             got["workqueue_mean_wait_s"] = {q: round(s / items[q], 3) for q, s in queued.items() if items.get(q)}
             got["api_requests_per_s"] = round(sum(got["api_requests"].values()) / wall, 1)
             got.update(after["gauges"][name])
             controllers[name] = got
-        apiserver = {key: delta(values, self.before["apiserver"][key]) for key, values in after["apiserver"].items()}
+        apiserver: dict[str, Any] = {key: delta(values, self.before["apiserver"][key])
+                                     for key, values in after["apiserver"].items()}
         apiserver["requests_total"] = round(sum(apiserver["requests"].values()))
         # every resource and verb, busiest first: a workload's own POSTs tie with many others at N
         apiserver["requests"] = dict(sorted(apiserver["requests"].items(), key=lambda kv: (-kv[1], kv[0])))

@@ -8,7 +8,7 @@ import time
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 import yaml
 
@@ -34,6 +34,13 @@ GPU_NODE = {"cpu": "96", "memory": "1024Gi"}  # 8 GPUs, room for 8 one-GPU pods 
 THREADS = 16
 GOAL_RATIO = 0.5
 SCRAPER = "trainstack-bench-scraper"
+
+
+class CreateStats(TypedDict):
+    """What the POSTs of one path met: retried attempts, objects given up on, the last error seen."""
+    retries: int
+    errors: int
+    last_error: NotRequired[str]
 
 
 class Bench:
@@ -88,7 +95,7 @@ class Bench:
                 "gpus_per_node": int(gpu.extended.get(GPU_RESOURCE, 0))}
 
     # -- API calls --------------------------------------------------------------------------
-    def _create(self, path: str, body: dict[str, Any], stats: dict[str, int]) -> None:
+    def _create(self, path: str, body: dict[str, Any], stats: CreateStats) -> None:
         from kubernetes.client.exceptions import ApiException  # lazy, as kubeapi imports the client
 
         for attempt in range(12):
@@ -102,13 +109,13 @@ class Bench:
                     return
                 if err.status not in (429, 500, 502, 503, 504) or attempt == 11:
                     stats["errors"] += 1
-                    body = (err.body or b"")[:200]
-                    stats["last_error"] = f"{err.status} {err.reason}: {body!r}"  # type: ignore[assignment]
+                    reply = (err.body or b"")[:200]
+                    stats["last_error"] = f"{err.status} {err.reason}: {reply!r}"
                     return
             except Exception as err:  # noqa: BLE001 - connection reset, timeout: try again
                 if attempt == 11:
                     stats["errors"] += 1
-                    stats["last_error"] = str(err)[:200]  # type: ignore[assignment]
+                    stats["last_error"] = str(err)[:200]
                     return
             stats["retries"] += 1
             time.sleep(min(2.0, 0.05 * 2 ** attempt))
@@ -165,15 +172,15 @@ class Bench:
                                  lambda o, t: tracker.jobset(o, t, owns_completion=True), tracker))
         else:
             watches.append(Watch(self.api, f"/apis/batch/v1/namespaces/{namespace}/jobs", tracker.job, tracker))
-        for w in watches:
-            w.start()
-        for w in watches:
-            w.ready.wait(30)
-            if w.error:
-                raise UserError(f"cannot watch {w.path}: {w.error}")
+        for watch in watches:
+            watch.start()
+        for watch in watches:
+            watch.ready.wait(30)
+            if watch.error:
+                raise UserError(f"cannot watch {watch.path}: {watch.error}")
 
         self.meter.start()
-        stats: dict[str, int] = {"retries": 0, "errors": 0}
+        stats: CreateStats = {"retries": 0, "errors": 0}
         start = time.monotonic()
 
         def submit(item: tuple[str, list[tuple[str, dict]]]) -> None:
@@ -193,12 +200,12 @@ class Bench:
         measured = self.meter.stop()
         measured["controller_errors"] = {ctl.binary_name: errs for ctl in self.provider.controllers.controllers
                                          if (errs := self._new_errors(ctl))}
-        for w in watches:
-            w.stop.set()
+        for watch in watches:
+            watch.stop.set()
         result = self.summarise(path, tracker, start, submitted, stats, measured)
         result["cleanup_seconds"] = self.delete_namespace(namespace) if cleanup else None
-        for w in watches:
-            w.join(timeout=25)
+        for watch in watches:
+            watch.join(timeout=25)
         return result, tracker
 
     def _new_errors(self, ctl: Any) -> dict[str, int]:
@@ -210,7 +217,7 @@ class Bench:
         return dict(sorted(fresh.items(), key=lambda kv: -kv[1])[:5])
 
     def summarise(self, path: str, tracker: Tracker, start: float, submitted: float,
-                  stats: dict[str, int], measured: dict[str, Any]) -> dict[str, Any]:
+                  stats: CreateStats, measured: dict[str, Any]) -> dict[str, Any]:
         stage: dict[str, list[float]] = {s: [] for s in STAGES}
         ends = []
         for rec in tracker.records.values():

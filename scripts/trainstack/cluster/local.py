@@ -152,7 +152,7 @@ class LocalCluster:
         cmd = [*self.enter(), str(self.binaries["kwokctl"]), "--name", self.name, *args]
         return proc.run(cmd, check=False, env=self._env(), timeout=timeout, stdin=proc.DEVNULL)
 
-    def start(self, timeout: float = 180) -> LocalCluster:
+    def start(self, timeout: float = 180) -> Self:
         """Create and start the cluster, then its node pools; raises UserError with the log tail on failure."""
         self.binaries = {name: tools.require(name, self.lock) for name in BINARIES}
         check_ports_free({f"{n} port": p for n, p in self.ports().items()})
@@ -297,7 +297,7 @@ class LocalCluster:
 
     def component_alive(self, component: str) -> bool:
         pid = self.pids().get(component)
-        return bool(pid) and pid_alive(pid)
+        return pid_alive(pid) if pid else False
 
     def restart_component(self, component: str, kill: bool = False, timeout: float = 60) -> float:
         """Stop one control-plane process (SIGTERM, or SIGKILL with kill) and start it again with the same

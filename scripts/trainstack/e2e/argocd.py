@@ -44,7 +44,7 @@ def argocd_manifests(lock: lockmod.Lock) -> tuple[list[dict[str, Any]], str]:
     with zipfile.ZipFile(zip_path) as archive:
         for name in sorted(archive.namelist()):
             if name.startswith(prefix + "crds/") and name.endswith("-crd.yaml"):
-                crds += [d for d in yamlio.load_all(archive.read(name)) if isinstance(d, dict)]
+                crds += [d for d in yamlio.load_all(archive.read(name).decode()) if isinstance(d, dict)]
         install = archive.read(prefix + "install.yaml").decode()
     if not crds:
         raise UserError(f"{source.module}@{source.version} has no CRDs under manifests/crds")

@@ -75,7 +75,7 @@ def _validate(args: argparse.Namespace, stdin_text: str | None) -> report.Result
     minor = schemas.parse_kube_version(args.kube_version) if args.kube_version else None
     texts: dict[str, str] = {}
     if documents.STDIN in files:
-        texts[documents.STDIN] = stdin_text if stdin_text is not None else sys.stdin.read()
+        texts[documents.STDIN] = stdin_text if stdin_text is not None else _read_stdin()
     lock = lockmod.load()
     for env in args.env:
         from .. import render
@@ -86,6 +86,16 @@ def _validate(args: argparse.Namespace, stdin_text: str | None) -> report.Result
     catalog = schemas.load(lock, minor)
     options = engine.Options(strict=args.strict, policies=args.policies, jobs=args.jobs)
     return engine.run(catalog, files, options, texts)
+
+
+def _read_stdin() -> str:
+    """stdin as UTF-8 whatever the locale; an undecodable byte becomes a lone surrogate (surrogateescape),
+    which the parser reports as an invalid-text finding on its line."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:  # a text-only stream (tests replace sys.stdin)
+        return sys.stdin.read()
+    text = buffer.read().decode("utf-8", "surrogateescape")
+    return text.replace("\r\n", "\n").replace("\r", "\n")  # universal newlines, as sys.stdin.read() gives
 
 
 def run(argv: list[str], stdin_text: str | None = None) -> tuple[int, str]:

@@ -85,17 +85,20 @@ def pinned_crds(lock: lockmod.Lock) -> list[tuple[str, dict]]:
         with tarfile.open(archive) as tar:
             for member in sorted(tar.getmembers(), key=lambda m: m.name):
                 parts = member.name.split("/")
-                if member.isfile() and len(parts) == 3 and parts[1] == "crds" and member.name.endswith((".yaml", ".yml")):
-                    text = tar.extractfile(member).read().decode()
-                    found.extend((f"{archive.name}:{member.name}", d) for d in _crd_docs(text))
+                if not (member.isfile() and len(parts) == 3 and parts[1] == "crds"
+                        and member.name.endswith((".yaml", ".yml"))):
+                    continue
+                content = tar.extractfile(member)
+                if content is not None:  # always so for a regular file
+                    found.extend((f"{archive.name}:{member.name}", d) for d in _crd_docs(content.read().decode()))
     for source_name, (folder, only) in _ZIPPED_CRDS.items():
         zip_path, label = _source_zip(lock, source_name)
         verify_zip(zip_path, label, lock.source(source_name).sum)
-        with zipfile.ZipFile(zip_path) as archive:
+        with zipfile.ZipFile(zip_path) as zipped:
             prefix = f"{label}/{folder}"
-            for name in sorted(archive.namelist()):
+            for name in sorted(zipped.namelist()):
                 if name.startswith(prefix) and name.endswith(".yaml") and (not only or name[len(prefix):] in only):
-                    found.extend((f"{label}:{name[len(label) + 1:]}", d) for d in _crd_docs(archive.read(name).decode()))
+                    found.extend((f"{label}:{name[len(label) + 1:]}", d) for d in _crd_docs(zipped.read(name).decode()))
     if not found:
         raise UserError("no pinned CRDs were found", "run 'trainstack deps'")
     return found

@@ -28,6 +28,11 @@ SUFFIXES = (".yaml", ".yml", ".json")
 STDIN = "-"
 
 _MARKER = re.compile(r"^(---|\.\.\.)(?=[ \t\r]|$)", re.MULTILINE)
+# A lone UTF-16 surrogate: in a str it cannot be encoded as UTF-8 (libyaml, jsonschema-rs and the CEL
+# evaluator all need UTF-8), so a text or a JSON string holding one is reported, never validated further.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_ESCAPE_OR_SURROGATE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)|[\ud800-\udfff]", re.DOTALL)
 
 
 @dataclass
@@ -179,12 +184,19 @@ def parts(text: str, size: int) -> list[tuple[int, int, str]]:
 
 
 def _parse_chunk(chunk: str, offset: int, file: str, docs: list[Document], index: int = -1) -> None:
-    composer = Composer(chunk)
     first = len(docs)
 
     def next_index() -> int:
         return (index + len(docs) - first) if index >= 0 else len(docs)
 
+    bad = _SURROGATE.search(chunk)
+    if bad is not None:
+        line = offset + chunk.count("\n", 0, bad.start()) + 1
+        where = _yaml_field_at(chunk, bad.start())
+        docs.append(Document(file, next_index(), line, None, problems=[
+            _invalid_text(bad.group(), where, line, raw=True)]))
+        return
+    composer = Composer(chunk)
     try:
         while True:
             try:
@@ -293,6 +305,14 @@ def _parse_json(text: str, file: str) -> list[Document] | None:
             Problem("yaml-syntax", "the document nests too deeply to be read", "", 1)])]
     except ValueError as err:
         return [Document(file, 0, 1, None, problems=[Problem("json-value", str(err), "", 1)])]
+    if _SURROGATE.search(text) or _SURROGATE_ESCAPE.search(text):
+        found = _surrogate_field(data)
+        if found is not None:
+            where, char = found
+            at, first = _lone_surrogate_at(text)
+            line = text.count("\n", 0, at) + 1 if at >= 0 else 1
+            return [Document(file, 0, line, None, problems=[
+                _invalid_text(first or char, where, line, raw=at >= 0 and not text.startswith("\\", at))])]
     doc = Document(file, 0, 1, data, has_null=has_null, text=text)
     if dups:
         # Line numbers for JSON come from composing it as YAML (JSON is YAML flow style).
@@ -307,6 +327,87 @@ def _parse_json(text: str, file: str) -> list[Document] | None:
             doc.problems = [Problem("duplicate-key", f"duplicate key '{k}'; the API server rejects duplicate fields",
                                     "", 1) for k in dups]
     return [doc]
+
+
+def _invalid_text(char: str, where: list, line: int, raw: bool) -> Problem:
+    """The finding for a lone surrogate `char` in the field at `where` (key/index list) on `line`."""
+    field_name = _printable(dotted(where)) or "the document"
+    code = ord(char)
+    if raw and 0xDC80 <= code <= 0xDCFF:  # how Python keeps an undecodable byte (surrogateescape)
+        what = f"byte 0x{code - 0xDC00:02X} is not UTF-8 text"
+    else:
+        what = (f"unpaired UTF-16 surrogate U+{code:04X} is not Unicode text (the API server would store "
+                "U+FFFD, the replacement character, instead)")
+    return Problem("invalid-text", f"{field_name}: Invalid value: {what} (line {line})",
+                   _printable(pointer(where)), line)
+
+
+def _printable(text: str) -> str:
+    """text with each lone surrogate written as a \\uXXXX escape (so every output can encode it)."""
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def _surrogate_field(data: Any) -> tuple[list, str] | None:
+    """(keys/indexes, surrogate) of the first string (key or value, in document order) with a lone surrogate."""
+    stack: list[tuple[Any, list]] = [(data, [])]
+    while stack:
+        value, path = stack.pop()
+        if isinstance(value, str):
+            found = _SURROGATE.search(value)
+            if found is not None:
+                return path, found.group()
+        elif isinstance(value, dict):
+            children: list[tuple[Any, list]] = []
+            for key, item in value.items():
+                if isinstance(key, str) and _SURROGATE.search(key):
+                    children.append((key, path + [key]))
+                    break
+                children.append((item, path + [key]))
+            stack.extend(reversed(children))
+        elif isinstance(value, list):
+            stack.extend(reversed([(item, path + [i]) for i, item in enumerate(value)]))
+    return None
+
+
+def _lone_surrogate_at(text: str) -> tuple[int, str]:
+    """(offset, surrogate) of the first lone surrogate in a JSON text, as a raw character or a \\u escape."""
+    high, high_end = -1, -1
+    for match in _ESCAPE_OR_SURROGATE.finditer(text):
+        code = int(match.group(1), 16) if match.group(1) else -1
+        if high >= 0:
+            if 0xDC00 <= code <= 0xDFFF and match.start() == high_end:
+                high = -1
+                continue
+            return high, chr(int(text[high + 2:high + 6], 16))
+        if not match.group().startswith("\\"):
+            return match.start(), match.group()
+        if 0xD800 <= code <= 0xDBFF:
+            high, high_end = match.start(), match.end()
+        elif 0xDC00 <= code <= 0xDFFF:
+            return match.start(), chr(code)
+    if high >= 0:
+        return high, chr(int(text[high + 2:high + 6], 16))
+    return -1, ""
+
+
+def _yaml_field_at(chunk: str, offset: int) -> list:
+    """Keys/indexes of the YAML scalar that covers character `offset` ([] when unknown)."""
+    node = _compose_quietly(_SURROGATE.sub("\ufffd", chunk))
+    stack: list[tuple[Node, list]] = [(node, [])] if node is not None else []
+    while stack:
+        current, path = stack.pop()
+        if isinstance(current, ScalarNode):
+            if current.start_mark.index <= offset < max(current.end_mark.index, current.start_mark.index + 1):
+                return path
+        elif isinstance(current, MappingNode):
+            for key, value in current.value:
+                name = key.value if isinstance(key, ScalarNode) else "?"
+                if isinstance(key, ScalarNode) and key.start_mark.index <= offset < key.end_mark.index:
+                    return path + [name]
+                stack.append((value, path + [name]))
+        elif isinstance(current, SequenceNode):
+            stack.extend((item, path + [i]) for i, item in enumerate(current.value))
+    return []
 
 
 def _reject_constant(name: str) -> Any:

@@ -109,11 +109,10 @@ class Validator:
         if not isinstance(data, dict):
             add("type-meta", f"a Kubernetes object must be a mapping, got {json_type(data)}")
             return
-        missing = [name for name, value in (("apiVersion", api_version), ("kind", kind))
-                   if not isinstance(value, str) or not value]
-        if missing:
-            for name in missing:
-                value = data.get(name)
+        if not (isinstance(api_version, str) and api_version and isinstance(kind, str) and kind):
+            for name, value in (("apiVersion", api_version), ("kind", kind)):
+                if isinstance(value, str) and value:
+                    continue
                 what = "is required" if value in (None, "") else f"must be a string, got {json_type(value)}"
                 add("type-meta", f"{name} {what}: every Kubernetes object needs apiVersion and kind",
                     f"/{name}" if name in data else "")
@@ -277,7 +276,7 @@ def _job(job: tuple) -> Outcome:
 
 
 def _jobs(files: list[str], texts: dict[str, str], parallel: bool, keep: bool) -> list[tuple]:
-    jobs = []
+    jobs: list[tuple[str, str | None, int, int, bool]] = []
     for file in files:
         text = texts.get(file)
         if parallel and text is None:
@@ -347,7 +346,7 @@ def _revalidate_with_input_crds(validator: Validator, outcome: Outcome, texts: d
             added = True
     if not added:
         return
-    unknown = {}
+    unknown: dict[str, set[int]] = {}
     for file, index in outcome.unknown:
         unknown.setdefault(file, set()).add(index)
     outcome.findings = [f for f in outcome.findings
@@ -362,4 +361,5 @@ def _revalidate_with_input_crds(validator: Validator, outcome: Outcome, texts: d
         for doc in documents.documents(file, text):
             if doc.index in indexes:
                 validator.document(doc, again, keep=False)
-    outcome.findings.extend(f for f in again.findings if f.rule not in ("yaml-syntax", "duplicate-key", "json-value"))
+    parse_rules = ("yaml-syntax", "duplicate-key", "json-value", "invalid-text")  # already reported once
+    outcome.findings.extend(f for f in again.findings if f.rule not in parse_rules)

@@ -209,7 +209,7 @@ def check_metadata(meta: Any, kind: str, builtin: bool, namespaced: bool, root: 
 
 
 def check_labels(labels: Any, where: str, pointer: str) -> list[tuple[str, str, str]]:
-    out = []
+    out: list[tuple[str, str, str]] = []
     if not isinstance(labels, dict):
         return out
     for key, value in labels.items():
@@ -223,7 +223,7 @@ def check_labels(labels: Any, where: str, pointer: str) -> list[tuple[str, str, 
 
 
 def check_annotations(annotations: Any, where: str, pointer: str) -> list[tuple[str, str, str]]:
-    out = []
+    out: list[tuple[str, str, str]] = []
     if not isinstance(annotations, dict):
         return out
     total = 0

@@ -64,6 +64,12 @@ class _Doc:
         return labels if isinstance(labels, dict) else {}
 
 
+def _dict_at(data: dict, key: str) -> dict:
+    """data[key] when it is a mapping, else {} (a malformed field is judged by the schema, not here)."""
+    value = data.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def _finding(doc: _Doc, rule: str, severity: str, message: str, path: str = "") -> Finding:
     return Finding(doc.file, doc.line, doc.document, doc.api_version, doc.kind, doc.namespace, doc.name, rule,
                    severity, message, path)
@@ -142,10 +148,10 @@ def evaluate(objects: list, catalog) -> list[Finding]:
     findings: list[Finding] = []
     env = environment()
     compiled: dict[str, _Compiled] = {}
-    for name, policy in policies.items():
-        compiled[name] = _Compiled(policy, env, findings)
+    for name, policy_doc in policies.items():
+        compiled[name] = _Compiled(policy_doc, env, findings)
     for binding in bindings:
-        spec = binding.data.get("spec") if isinstance(binding.data.get("spec"), dict) else {}
+        spec = _dict_at(binding.data, "spec")
         policy_name = spec.get("policyName")
         if policy_name not in compiled:
             findings.append(_finding(binding, "policy-config", WARNING,
@@ -218,7 +224,7 @@ class _Compiled:
     def __init__(self, doc: _Doc, env: cel.Environment, findings: list[Finding]) -> None:
         self.doc = doc
         self.env = env
-        spec = doc.data.get("spec") if isinstance(doc.data.get("spec"), dict) else {}
+        spec = _dict_at(doc.data, "spec")
         self.match = spec.get("matchConstraints")
         self.param_kind = spec.get("paramKind") if isinstance(spec.get("paramKind"), dict) else None
         self.fail = (spec.get("failurePolicy") or "Fail") == "Fail"

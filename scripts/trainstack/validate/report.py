@@ -7,6 +7,7 @@ formats, so each check stays about Kubernetes semantics and CI systems get their
 from __future__ import annotations
 
 import json
+import re
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,12 +21,14 @@ ERROR = "error"
 WARNING = "warning"
 
 FORMATS = ("text", "json", "junit", "sarif")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 # What each rule checks (SARIF rule descriptions and `--output text` legends).
 RULES: dict[str, str] = {
     "yaml-syntax": "the document must be well-formed YAML or JSON",
     "duplicate-key": "a mapping must not repeat a key (the API server rejects duplicate fields)",
     "json-value": "every value must be representable in JSON (no NaN/Infinity, no unsupported tags)",
+    "invalid-text": "the text must be UTF-8 and every string Unicode text (no unpaired UTF-16 surrogates)",
     "type-meta": "every document must be an object with string apiVersion and kind",
     "unknown-kind": "the kind must be built in or defined by a known CRD",
     "schema": "the object must match the OpenAPI schema of its kind",
@@ -92,7 +95,10 @@ class Result:
 
 
 def render(result: Result, fmt: str) -> str:
-    return {"text": to_text, "json": to_json, "junit": to_junit, "sarif": to_sarif}[fmt](result)
+    text = {"text": to_text, "json": to_json, "junit": to_junit, "sarif": to_sarif}[fmt](result)
+    # A lone surrogate (a file name Python read with surrogateescape) cannot be written as UTF-8: write it as
+    # the \uXXXX escape, which is the same string in JSON and SARIF and readable text in JUnit and text.
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def to_text(result: Result) -> str:

@@ -137,6 +137,8 @@ class Catalog:
         self._builtin = builtin_data["kinds"]
         self.kinds: dict[str, KindInfo] = {}
         self._validators: dict[str, Any] = {}
+        # Validators of CRDs found among the inputs: compiled on demand, never into the shared cache.
+        self._own: dict[str, Any] = {}
         for key, k in self._builtin.items():
             self.kinds[key] = KindInfo(k["apiVersion"], k["kind"], k["group"], k["version"], k["plural"],
                                        k["namespaced"], True, origin=f"Kubernetes {kube_version}")
@@ -152,7 +154,7 @@ class Catalog:
         clone.__dict__.update(self.__dict__)
         clone.kinds = dict(self.kinds)
         clone._validators = self._validators if self._validators is not None else {}
-        clone._own: dict[str, Any] = {}
+        clone._own = {}
         clone.groups = set(self.groups)
         return clone
 
@@ -167,7 +169,6 @@ class Catalog:
         self.kinds[key] = info
         self.groups.add(info.group)
         if override:
-            self._own = getattr(self, "_own", {})
             self._own[key] = None  # compiled on demand, never into the shared cache
         return info
 
@@ -198,8 +199,7 @@ class Catalog:
 
     def validator(self, key: str):
         """The compiled jsonschema-rs validator of a kind (compiled once per process)."""
-        own = getattr(self, "_own", {})
-        cache = own if key in own else self._validators
+        cache = self._own if key in self._own else self._validators
         found = cache.get(key)
         if found is None:
             schema = self.json_schema(key)

@@ -3,18 +3,33 @@
 from __future__ import annotations
 
 import json
+import os
 import string
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from trainstack.validate import command
 
 ROOT = Path(__file__).resolve().parents[3]
+# CI runs the same examples every time (derandomize); `trainstack bench fuzz` sets TRAINSTACK_FUZZ_EXAMPLES
+# for a longer, randomized run of the same strategies.
+FUZZ_EXAMPLES = int(os.environ.get("TRAINSTACK_FUZZ_EXAMPLES") or 0)
+DERANDOMIZE = not FUZZ_EXAMPLES
+
+
+def examples(default: int) -> int:
+    return FUZZ_EXAMPLES or default
+
+# An Application whose JSON text holds unpaired UTF-16 surrogates, in a key and in a value.
+SURROGATES = ('{"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",\n'
+              ' "metadata": {"name": "app", "namespace": "default"},\n'
+              ' "spec": {"project": "\\ud800x", "\\udc00": "y"}}')
 
 
 def run_cli(*args: str, input_text: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -83,19 +98,23 @@ def _check(code: int, out: str) -> dict:
     return result
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=examples(250), derandomize=DERANDOMIZE, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(text=texts(), flags=st.lists(st.sampled_from(["--strict", "--policies"]), unique=True))
+@example(text=SURROGATES, flags=["--policies"])
 def test_mutated_manifests_never_crash(text: str, flags: list[str]):
     _check(*command.run(["-", "--output", "json", *flags], stdin_text=text))
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), derandomize=DERANDOMIZE, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(text=st.text(max_size=300))
 def test_random_text_never_crashes(text: str):
     _check(*command.run(["-", "--output", "json"], stdin_text=text))
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(60), derandomize=DERANDOMIZE, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.binary(max_size=200), name=st.sampled_from(["x.yaml", "x.json", "x.yml"]))
 def test_random_bytes_in_files_never_crash(tmp_path_factory, data: bytes, name: str):
     path = tmp_path_factory.mktemp("fuzz") / name
@@ -114,3 +133,51 @@ def test_a_few_random_inputs_through_the_real_cli(tmp_path: Path):
     result = run_cli("validate", str(tmp_path), "--output", "json", timeout=120)
     data = _check(result.returncode, result.stdout)
     assert result.returncode == 1 and data["summary"]["documents"] >= 5
+
+
+def _surrogate_finding(result: dict, path: str, line: int) -> None:
+    """The one clear finding of a lone surrogate: invalid-text, with its file, line and field."""
+    assert [(f["rule"], f["severity"], f["file"], f["line"], f["path"]) for f in result["findings"]] == [
+        ("invalid-text", "error", "-", line, path)]
+
+
+def test_lone_surrogates_in_json_are_one_clear_finding():
+    for flags in ([], ["--strict", "--policies"]):
+        code, out = command.run(["-", "--output", "json", *flags], stdin_text=SURROGATES)
+        result = _check(code, out)
+        _surrogate_finding(result, "/spec/project", 3)
+        assert "unpaired UTF-16 surrogate U+D800" in result["findings"][0]["message"]
+    value_only = SURROGATES.replace('"\\udc00"', '"other"')
+    key_only = SURROGATES.replace('"\\ud800x"', '"default"')
+    _surrogate_finding(_check(*command.run(["-", "-o", "json"], stdin_text=value_only)), "/spec/project", 3)
+    # a key is named as the \\uXXXX escape it was written as, so every output can carry it
+    _surrogate_finding(_check(*command.run(["-", "-o", "json"], stdin_text=key_only)), "/spec/\\udc00", 3)
+    paired = SURROGATES.replace('"\\ud800x"', '"\\ud83d\\ude00"').replace('"\\udc00"', '"other"')
+    assert "invalid-text" not in command.run(["-", "-o", "json"], stdin_text=paired)[1]
+
+
+def test_a_lone_surrogate_in_yaml_text_names_its_line_and_field():
+    text = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cm\ndata:\n  key: \"a\ud800\"\n"
+    _surrogate_finding(_check(*command.run(["-", "-o", "json"], stdin_text=text)), "/data/key", 6)
+
+
+def test_lone_surrogates_through_the_real_cli_keep_every_output_valid():
+    for fmt in ("json", "sarif", "junit", "text"):
+        result = run_cli("validate", "-", "--output", fmt, input_text=SURROGATES)
+        assert result.returncode == 1 and "Traceback" not in result.stderr and "validate failed" not in result.stdout
+        if fmt == "json":
+            _surrogate_finding(_check(result.returncode, result.stdout), "/spec/project", 3)
+        elif fmt == "sarif":
+            results = json.loads(result.stdout)["runs"][0]["results"]
+            assert [r["ruleId"] for r in results] == ["invalid-text"]
+        elif fmt == "junit":
+            assert ET.fromstring(result.stdout).find(".//failure").get("type") == "invalid-text"
+        else:
+            assert result.stdout.startswith("-:3: error:") and "[invalid-text]" in result.stdout
+    # bytes that are not UTF-8 on stdin (read with surrogateescape) get the same finding, on their line
+    raw = subprocess.run([sys.executable, "-m", "trainstack", "validate", "-", "-o", "json"], capture_output=True,
+                         cwd=ROOT, input=b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: \"a\xed\xa0\x80\"}\n",
+                         timeout=120, check=False)
+    data = _check(raw.returncode, raw.stdout.decode())
+    _surrogate_finding(data, "/metadata/name", 3)
+    assert "byte 0xED" in data["findings"][0]["message"]
