@@ -16,6 +16,8 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from trainstack import lock as lockmod
 from trainstack import tools
 
+pytest_plugins = ["clusters"]  # the shared clusters (tests/clusters.py)
+
 
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, input_text: str | None = None,
             timeout: float = 900) -> subprocess.CompletedProcess:

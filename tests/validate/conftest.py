@@ -28,7 +28,14 @@ def catalog():
 
 @pytest.fixture(scope="session")
 def apiserver(catalog):
-    """etcd + kube-apiserver on 127.0.0.1 with the pinned CRDs and the corpus namespace installed."""
+    """etcd + kube-apiserver on 127.0.0.1 with the pinned CRDs and the corpus namespace installed.
+
+    Not the shared clusters of tests/clusters.py: this server is the reference validate's verdicts are
+    compared with, so it answers with nothing but the API server itself: no chart (its webhooks and
+    policies would reject corpus objects for reasons validate does not claim to check), no
+    ServiceAccount admission (pods in the corpus name no existing account), exactly the pinned CRDs
+    (every pinned chart's, Kueue and LWS included, which no shared cluster carries) and the corpus's
+    own policies. It is two processes, started in seconds, with no nodes or controllers."""
     from trainstack import lock as lockmod
     from trainstack.validate import crds
 
