@@ -294,7 +294,8 @@ def apiserver(chart_ready, local_cluster):
 
     with scratch(local_cluster) as cluster:
         for crd in sorted((chart_ready / "crds").glob("*.trainer.kubeflow.org.yaml")):
-            cluster.kubectl("apply", "--server-side", "-f", str(crd))
+            # the same CRDs as other modules applied there, maybe with another field manager
+            cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
 
         def torch_runtime(*values: str) -> dict:
             rendered = helm.run(["template", "t", str(chart_ready), "-n", "kubeflow-system", "--kube-version",
