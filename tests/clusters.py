@@ -189,7 +189,10 @@ def _module(item: pytest.Item) -> str:
 
 
 def _uses(item: pytest.Item, name: str) -> bool:
-    return name in getattr(item, "fixturenames", ())
+    """Whether ITEM needs shared cluster NAME: as a fixture, or named in its module's USES_CLUSTERS (for
+    a fixture that asks for the cluster by name, `request.getfixturevalue`)."""
+    module = getattr(item, "module", None)
+    return name in getattr(item, "fixturenames", ()) or name in getattr(module, "USES_CLUSTERS", ())
 
 
 @pytest.hookimpl(trylast=True)
