@@ -32,10 +32,11 @@ def apiserver(catalog):
 
     Not the shared clusters of tests/clusters.py: this server is the reference validate's verdicts are
     compared with, so it answers with nothing but the API server itself: no chart (its webhooks and
-    policies would reject corpus objects for reasons validate does not claim to check), no
-    ServiceAccount admission (pods in the corpus name no existing account), exactly the pinned CRDs
-    (every pinned chart's, Kueue and LWS included, which no shared cluster carries) and the corpus's
-    own policies. It is two processes, started in seconds, with no nodes or controllers."""
+    policies would refuse corpus objects for reasons validate does not claim to check), no
+    ServiceAccount admission and no controllers (a Pod's verdict must not depend on whether a
+    controller has made its namespace's account yet), every pinned CRD (Trainer, JobSet, LWS, Argo CD,
+    Prometheus Operator: more than any shared cluster carries, each created once, as pinned) and the
+    corpus's own policies only. It is two processes, started in seconds, with no nodes."""
     from trainstack import lock as lockmod
     from trainstack.validate import crds
 
