@@ -22,6 +22,7 @@ pytestmark = pytest.mark.e2e
 
 
 def test_failing_pods_end_the_trainjob_failed_and_the_suite_reports_it(platform, tmp_path):
+    # the session's shared platform (tests/clusters.py); the suite's smoke namespace is this test's alone
     suite = platform
     suite.kube.kubectl("create", "namespace", suitemod.SMOKE_NS, check=False)
     runtime = suite.failing_runtime()
@@ -54,6 +55,7 @@ def test_failing_pods_end_the_trainjob_failed_and_the_suite_reports_it(platform,
 
 
 def test_a_controller_that_cannot_start_stops_the_suite_with_its_log():
+    # a cluster of its own: the suite must fail at helm install and tear everything down
     need_binaries("trainer-controller-manager", "jobset-controller", "kube-apiserver", "kwokctl")
     run_dir = paths.cache_dir() / "e2e" / "pytest-broken-controller"
     shutil.rmtree(run_dir, ignore_errors=True)

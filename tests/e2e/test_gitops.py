@@ -33,6 +33,7 @@ e2e = pytest.mark.e2e
 
 @pytest.fixture(scope="module")
 def gitops() -> Iterator[gitopsmod.GitOpsSuite]:
+    # a cluster of its own: Argo CD installs, upgrades and deletes the platform
     if tools.find("argocd") is None:
         pytest.skip("Argo CD is not built: run 'make setup-gitops' (not part of make setup, docs/gitops.md)")
     need_binaries("helm", "kustomize", "registry", "kubelet", "containerd")

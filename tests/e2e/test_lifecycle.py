@@ -68,6 +68,7 @@ class Lifecycle:
 
 @pytest.fixture(scope="module")
 def lifecycle():
+    # clusters of their own: upgrades, rollbacks, faults on the control plane, teardown and restore
     life = Lifecycle("a")
     try:
         yield life

@@ -13,7 +13,8 @@ from trainstack.e2e.faults import real_node_fault
 pytestmark = pytest.mark.e2e
 
 
-# real_platform: tests/e2e/conftest.py (one real-node cluster for both faults)
+# real_platform: the session's real-node platform (tests/clusters.py), shared with test_real_platform.py: the
+# node daemons come back and the cluster stays as it was (no teardown, nothing cluster-wide changed)
 
 
 @pytest.mark.parametrize("component", ["kubelet", "containerd"])

@@ -168,6 +168,7 @@ class Live:
 
 @pytest.fixture(scope="module")
 def live():
+    # a cluster of its own: upstream's chart installed, then migrated (the platform replaced)
     start = time.monotonic()
     env = Live()
     try:

@@ -14,7 +14,6 @@ whole pipeline trains on real pods and evaluates the real checkpoint.
 
 import json
 import math
-import os
 import subprocess
 import sys
 import threading
@@ -93,21 +92,18 @@ def test_evaluation_without_an_output_volume_is_one_line(kubeflow_sdk, nowhere_k
 # ---- against a real API server, the Trainer controller played by the test --------------------------
 
 @pytest.fixture(scope="module")
-def apiserver(chart_ready):
-    """The pinned kube-apiserver (a LocalCluster with its KWOK pools) with the Trainer CRDs and the golden
-    torch-distributed runtime (output volume on). No Trainer controller runs: a test that needs a
-    TrainJob to end writes its status condition the way the controller does, and says so."""
-    from trainstack import helm, tools
-    from trainstack.cluster.local import BINARIES, LocalCluster
+def apiserver(chart_ready, local_cluster):
+    """The shared bare cluster (tests/clusters.py: the pinned kube-apiserver with its KWOK pools, no chart)
+    with the Trainer CRDs and the golden torch-distributed runtime (output volume on). No Trainer
+    controller runs: a test that needs a TrainJob to end writes its status condition the way the
+    controller does, and says so. All but the CRDs is deleted after the module."""
+    from clusters import scratch
+    from trainstack import helm
 
-    missing = [n for n in BINARIES if tools.find(n) is None]
-    if missing:
-        pytest.fail(f"not installed: {', '.join(missing)}: run 'make setup'")
-    cluster = LocalCluster(name=f"pytest-pipelines-{os.getpid()}")
-    cluster.start()
-    try:
+    with scratch(local_cluster) as cluster:
         for crd in sorted((chart_ready / "crds").glob("*.trainer.kubeflow.org.yaml")):
-            cluster.kubectl("apply", "--server-side", "-f", str(crd))
+            # the same CRDs as other modules applied there, maybe with another field manager
+            cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd))
 
         def torch_runtime(*values: str) -> dict:
             rendered = helm.run(["template", "t", str(chart_ready), "-n", "kubeflow-system", "--kube-version",
@@ -135,8 +131,6 @@ def apiserver(chart_ready):
         sa = cluster.workdir / "pipeline-sa.kubeconfig"
         sa.write_text(yaml.safe_dump(config))
         yield {"cluster": cluster, "sa_kubeconfig": sa}
-    finally:
-        cluster.stop()
 
 
 def _play_the_controller(cluster, namespace: str, condition: dict, seen: set) -> threading.Thread:

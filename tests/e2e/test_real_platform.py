@@ -29,6 +29,7 @@ from trainstack.e2e import suite as suitemod
 pytestmark = pytest.mark.e2e
 
 KUBECONFIG_ENV = "TRAINSTACK_PIPELINE_KUBECONFIG"
+USES_CLUSTERS = ("real_platform",)  # `cluster` asks for it by name (tests/clusters.py keeps it up until done)
 
 
 @pytest.fixture(scope="module")

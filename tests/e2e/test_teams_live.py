@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def teams_platform():
+    # a cluster of its own: the teams values and Kueue installed, then `helm upgrade` (the release changes)
     need_binaries(*BINARIES, "helm", *REAL_NODE_TOOLS, "kueue-controller")
     provider = tl.TeamsProvider(fresh_run_dir("teams-live"))
     need_binaries(*controller_binaries(suitemod.render("dev", provider.lock, extra=provider.values_files()),

@@ -1,8 +1,3 @@
-"""Fixtures of the integration tier: the session's local control plane (KWOK nodes, no real node).
-
-`local_cluster` is defined once, in tests/e2e/conftest.py, and shared from there.
-"""
-
-from __future__ import annotations
-
-from e2e.conftest import local_cluster  # noqa: F401  (a fixture: pytest finds it by name)
+"""The integration tier: tests against the session's shared control plane (KWOK nodes, no real
+node). Its clusters (`local_cluster`, `platform`, `namespace`) are session fixtures of
+tests/clusters.py, which tests/conftest.py registers for every tier."""

@@ -10,20 +10,25 @@ from trainstack import kubeapi
 from trainstack.errors import UserError
 
 
-def test_snapshots_follow_creates_updates_and_deletes_then_end_at_the_timeout(local_cluster):
+@pytest.fixture
+def kube(platform):
+    """The shared platform's cluster (tests/clusters.py); each test works in its own `namespace`."""
+    return platform.provider.cluster
+
+
+def test_snapshots_follow_creates_updates_and_deletes_then_end_at_the_timeout(kube, namespace):
     from kubernetes import client as k8s
 
-    ns = "kubeapi-watch"
-    local_cluster.kubectl("create", "namespace", ns)
-    api = kubeapi.client(local_cluster.kubeconfig)
+    ns = namespace
+    api = kubeapi.client(kube.kubeconfig)
     core = k8s.CoreV1Api(api)
     seen: list[dict[str, str]] = []
     start = time.monotonic()
     steps = iter([
-        lambda: local_cluster.kubectl("create", "configmap", "a", "-n", ns, "--from-literal=k=1"),
-        lambda: local_cluster.kubectl("create", "configmap", "b", "-n", ns, "--from-literal=k=1"),
-        lambda: local_cluster.kubectl("patch", "configmap", "a", "-n", ns, "-p", '{"data":{"k":"2"}}'),
-        lambda: local_cluster.kubectl("delete", "configmap", "b", "-n", ns),
+        lambda: kube.kubectl("create", "configmap", "a", "-n", ns, "--from-literal=k=1"),
+        lambda: kube.kubectl("create", "configmap", "b", "-n", ns, "--from-literal=k=1"),
+        lambda: kube.kubectl("patch", "configmap", "a", "-n", ns, "-p", '{"data":{"k":"2"}}'),
+        lambda: kube.kubectl("delete", "configmap", "b", "-n", ns),
     ])
     pending = None
     for objects in kubeapi.snapshots(api, core.list_namespaced_config_map, timeout=8, tick=2, namespace=ns):
@@ -40,36 +45,34 @@ def test_snapshots_follow_creates_updates_and_deletes_then_end_at_the_timeout(lo
     assert 7 <= elapsed < 30, elapsed
 
 
-def test_a_label_selector_narrows_the_watch(local_cluster):
+def test_a_label_selector_narrows_the_watch(kube, namespace):
     from kubernetes import client as k8s
 
-    ns = "kubeapi-selector"
-    local_cluster.kubectl("create", "namespace", ns)
-    api = kubeapi.client(local_cluster.kubeconfig)
+    ns = namespace
+    api = kubeapi.client(kube.kubeconfig)
     core = k8s.CoreV1Api(api)
-    local_cluster.kubectl("create", "configmap", "other", "-n", ns)
+    kube.kubectl("create", "configmap", "other", "-n", ns)
     for objects in kubeapi.snapshots(api, core.list_namespaced_config_map, timeout=20, namespace=ns,
                                      label_selector="pick=me"):
         assert "other" not in objects
         if "picked" in objects:
             break
-        local_cluster.apply([{"apiVersion": "v1", "kind": "ConfigMap",
+        kube.apply([{"apiVersion": "v1", "kind": "ConfigMap",
                               "metadata": {"name": "picked", "namespace": ns, "labels": {"pick": "me"}}}])
     else:
         pytest.fail("the labelled ConfigMap was never seen")
 
 
-def test_a_kubeconfig_without_the_context_is_one_line(local_cluster):
+def test_a_kubeconfig_without_the_context_is_one_line(kube):
     with pytest.raises(UserError) as err:
-        kubeapi.client(local_cluster.kubeconfig, context="no-such-context")
+        kubeapi.client(kube.kubeconfig, context="no-such-context")
     assert "no usable kube context" in err.value.message and "\n" not in err.value.message
 
 
-def test_wait_for_returns_what_done_says_or_none_at_the_timeout(local_cluster):
-    ns = "kubeapi-wait"
-    local_cluster.kubectl("create", "namespace", ns)
-    api = kubeapi.for_kube(local_cluster)
-    local_cluster.kubectl("create", "configmap", "ready", "-n", ns, "--from-literal=state=done")
+def test_wait_for_returns_what_done_says_or_none_at_the_timeout(kube, namespace):
+    ns = namespace
+    api = kubeapi.for_kube(kube)
+    kube.kubectl("create", "configmap", "ready", "-n", ns, "--from-literal=state=done")
     from kubernetes import client as k8s
 
     listing = k8s.CoreV1Api(api).list_namespaced_config_map
@@ -81,14 +84,13 @@ def test_wait_for_returns_what_done_says_or_none_at_the_timeout(local_cluster):
     assert 2.5 <= time.monotonic() - start < 15
 
 
-def test_core_objects_lists_and_watches_the_core_group_as_plain_dicts(local_cluster):
+def test_core_objects_lists_and_watches_the_core_group_as_plain_dicts(kube, namespace):
     """core_objects reads /api/v1 as JSON (no typed models): namespaced with selectors, cluster-wide,
     and as a watch."""
-    ns = "kubeapi-core"
-    local_cluster.kubectl("create", "namespace", ns)
-    api = kubeapi.client(local_cluster.kubeconfig)
+    ns = namespace
+    api = kubeapi.client(kube.kubeconfig)
     configmaps = kubeapi.core_objects(api, "configmaps", ns)
-    local_cluster.apply([{"apiVersion": "v1", "kind": "ConfigMap",
+    kube.apply([{"apiVersion": "v1", "kind": "ConfigMap",
                           "metadata": {"name": "labelled", "namespace": ns, "labels": {"pick": "me"}},
                           "data": {"k": "v"}}])
     picked = kubeapi.items(api, configmaps, label_selector="pick=me")
@@ -102,7 +104,7 @@ def test_core_objects_lists_and_watches_the_core_group_as_plain_dicts(local_clus
 
     def created(objects: dict) -> bool:
         if "later" not in objects:
-            local_cluster.kubectl("create", "configmap", "later", "-n", ns, "--from-literal=k=1", check=False)
+            kube.kubectl("create", "configmap", "later", "-n", ns, "--from-literal=k=1", check=False)
             return False
         return objects["later"]["data"] == {"k": "1"}
 

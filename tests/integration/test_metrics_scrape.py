@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from clusters import scratch
 from conftest import ROOT
 from trainstack import monitoring, tools
 from trainstack.cluster.local import FAIL_LABEL, free_port, stop_pids
@@ -25,6 +26,14 @@ from trainstack.errors import UserError
 # Vector metrics appear after their first event. Here no webhook configuration points at the
 # processes, so webhook latency is never observed (the smoke suite's TrainJobs call the webhooks).
 AFTER_WEBHOOK_CALLS = {"controller_runtime_webhook_latency_seconds_bucket"}
+
+
+@pytest.fixture
+def local_cluster(local_cluster):
+    """The shared bare cluster (tests/clusters.py): no chart, so no controller of the chart holds the
+    leader lease the processes started here take; what the test creates there is deleted afterwards."""
+    with scratch(local_cluster) as cluster:
+        yield cluster
 
 
 def jobset_of(name: str, fail: bool, image: str) -> dict:

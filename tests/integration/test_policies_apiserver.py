@@ -9,6 +9,7 @@ import time
 import pytest
 import yaml
 
+from clusters import scratch
 from policy_examples import examples
 from trainstack import render
 
@@ -43,6 +44,14 @@ def _wait_enforced(cluster, probe) -> None:
             return
         time.sleep(1)
     pytest.fail("the policies were not enforced within 60s")
+
+
+@pytest.fixture(scope="module")
+def local_cluster(local_cluster):
+    """The shared bare cluster (tests/clusters.py): no chart, so no webhook of the chart answers the dry
+    runs and no policy but these is installed; the policies, bindings and namespace are deleted afterwards."""
+    with scratch(local_cluster) as cluster:
+        yield cluster
 
 
 @pytest.fixture(scope="module")

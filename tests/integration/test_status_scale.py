@@ -10,6 +10,7 @@ import time
 import pytest
 import yaml
 
+from clusters import scratch
 from conftest import ROOT, run_cli
 
 NAMESPACES = [f"team-{i}" for i in range(10)]
@@ -23,18 +24,11 @@ def trainjob(namespace: str, i: int) -> dict:
 
 
 @pytest.fixture
-def local_cluster():
-    """A cluster of its own: the shared one carries other tests' admission policies."""
-    import os
-
-    from trainstack.cluster.local import LocalCluster
-
-    cluster = LocalCluster(name=f"pytest-status-{os.getpid()}")
-    try:
-        cluster.start()
+def local_cluster(local_cluster):
+    """The shared bare cluster (tests/clusters.py): the modules before removed what they made there, so
+    only what this test makes is listed; its namespaces, TrainJobs and platform objects are deleted after."""
+    with scratch(local_cluster) as cluster:
         yield cluster
-    finally:
-        cluster.stop()
 
 
 def test_status_with_1000_trainjobs(local_cluster, lock):

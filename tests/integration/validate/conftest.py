@@ -22,7 +22,15 @@ def catalog():
 
 @pytest.fixture(scope="session")
 def apiserver(catalog):
-    """etcd + kube-apiserver on 127.0.0.1 with the pinned CRDs and the corpus namespace installed."""
+    """etcd + kube-apiserver on 127.0.0.1 with the pinned CRDs and the corpus namespace installed.
+
+    Not the shared clusters of tests/clusters.py: this server is the reference validate's verdicts are
+    compared with, so it answers with nothing but the API server itself: no chart (its webhooks and
+    policies would refuse corpus objects for reasons validate does not claim to check), no
+    ServiceAccount admission and no controllers (a Pod's verdict must not depend on whether a
+    controller has made its namespace's account yet), every pinned CRD (Trainer, JobSet, LWS, Argo CD,
+    Prometheus Operator: more than any shared cluster carries, each created once, as pinned) and the
+    corpus's own policies only. It is two processes, started in seconds, with no nodes."""
     from trainstack import lock as lockmod
     from trainstack.validate import crds
 
