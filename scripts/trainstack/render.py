@@ -189,7 +189,10 @@ def crd_documents(chart_dir: Path) -> list[dict[str, Any]]:
             for member in tar.getmembers():
                 parts = member.name.split("/")
                 if member.isfile() and "crds" in parts[:-1] and member.name.endswith((".yaml", ".yml")):
-                    text = tar.extractfile(member).read().decode()
+                    handle = tar.extractfile(member)
+                    if handle is None:  # a regular file always has its bytes; nothing to read otherwise
+                        continue
+                    text = handle.read().decode()
                     docs += [d for d in yaml.load_all(text, Loader=loader) if isinstance(d, dict) and d]
     return [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
 

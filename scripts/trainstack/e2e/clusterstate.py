@@ -50,7 +50,7 @@ def snapshot(kube: Any) -> Snapshot:
     return Snapshot(trainjobs, jobsets, runtimes, crds)
 
 
-def losses(before: Snapshot, after: Snapshot, expect_gone: set[str] = frozenset()) -> list[str]:
+def losses(before: Snapshot, after: Snapshot, expect_gone: frozenset[str] | set[str] = frozenset()) -> list[str]:
     """What the upgrade (or fault) lost or changed that users rely on, as sentences."""
     problems = []
     gone = sorted(set(before.trainjobs) - set(after.trainjobs) - expect_gone)

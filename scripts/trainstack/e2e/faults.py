@@ -25,6 +25,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import yaml
@@ -72,6 +73,10 @@ class Faults:
             if which in ctl.binary_name:
                 return ctl
         raise UserError(f"no {which} controller among {[c.binary_name for c in ctls.controllers]}")
+
+    def kill_saying(self, said: str, *which: str) -> str:
+        self.kill(*which)
+        return said
 
     def kill(self, *which: str) -> None:
         for name in which:
@@ -163,11 +168,11 @@ class Faults:
 
     # -- the faults ----------------------------------------------------------------------------
     def trainer_killed(self) -> FaultRow:
-        return self.run("Trainer controller killed", lambda: self.kill(TRAINER) or "SIGKILL the Trainer controller")
+        return self.run("Trainer controller killed", partial(self.kill_saying, "SIGKILL the Trainer controller", TRAINER))
 
     def both_killed(self) -> FaultRow:
         return self.run("both controllers killed",
-                        lambda: self.kill(TRAINER, JOBSET) or "SIGKILL the Trainer and JobSet controllers")
+                        partial(self.kill_saying, "SIGKILL the Trainer and JobSet controllers", TRAINER, JOBSET))
 
     def api_server_restarted(self) -> FaultRow:
         cluster = self.provider.cluster

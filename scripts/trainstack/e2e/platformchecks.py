@@ -11,9 +11,10 @@ import yaml
 from .. import api, kubeapi
 from .base import FRAMEWORK_LABEL, LWS_NAME_LABEL, NAMESPACE, PART_OF, SMOKE_NS, SuiteFailure, said_line
 from .smokejobs import SmokeJob, golden_runtimes, job_name, pod_specs
+from .suitestate import SuiteState
 
 
-class PlatformChecks:
+class PlatformChecks(SuiteState):
     """Steps that check what any install brought up (mixed into Suite: uses its kube, rendered,
     job_labels, api and read)."""
 
@@ -29,8 +30,7 @@ class PlatformChecks:
             "wait", "--for=condition=Available", "--timeout=90s", "deployment", "--all", "-n", NAMESPACE, timeout=120
         )
         # A server-side dry run passes the TrainJob through the mutating and validating webhooks.
-        probe = SmokeJob("webhook-probe", golden_runtimes(self.rendered)[0], labels=self.job_labels)
-        probe = probe.manifest(NAMESPACE)
+        probe = SmokeJob("webhook-probe", golden_runtimes(self.rendered)[0], labels=self.job_labels).manifest(NAMESPACE)
         deadline = time.monotonic() + 30
         while True:
             result = self.kube.kubectl(

@@ -26,6 +26,7 @@ from ..cluster import node as nodemod
 from ..errors import UserError
 from .base import GROUP, RELEASE, SMOKE_NS, VERSION, SuiteFailure
 from .smokejobs import golden_runtimes
+from .suitestate import SuiteState
 
 RUNTIME = "torch-distributed"
 NODES = 2
@@ -272,7 +273,7 @@ def worker_killed(kube: Any, kubeconfig: Path, timeout: float = 300) -> dict[str
 # -- the Suite's steps on the real node -----------------------------------------------------------------
 
 
-class RealNodeSteps:
+class RealNodeSteps(SuiteState):
     """The Suite's steps that need the real node (mixed into Suite: uses its kube, provider, rendered,
     lock, read and wait_trainjobs)."""
 

@@ -33,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -171,7 +172,7 @@ class UpgradeTest:
         return dict(self.labels)
 
     def trainjob(self, name: str, runtime: str, seconds: int = 1, suspend: bool = False) -> dict[str, Any]:
-        job = {
+        job: dict[str, Any] = {
             "apiVersion": TRAINER_API, "kind": "TrainJob",
             "metadata": {"name": name, "namespace": JOBS_NS, "labels": {LABEL: "upgrade", **self.job_labels()}},
             "spec": {"runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime", "apiGroup": GROUP},
@@ -301,6 +302,13 @@ class UpgradeTest:
                 f"({probe.rejected} of {len(probe.samples)} probes rejected"
                 + (f", last: {probe.last_error}" if probe.rejected else "") + ")")
 
+    def finished_summary(self, names: list[str]) -> str:
+        return f"{len(names)} {sorted(set(self.wait_terminal(names, self.job_timeout).values()))}"
+
+    def resume_and_finish(self, names: list[str]) -> str:
+        self.resume(names)
+        return self.running_finish(names)
+
     def running_finish(self, names: list[str]) -> str:
         states = self.wait_terminal(names, self.job_timeout)
         bad = {n: s for n, s in states.items() if s != "Complete"}
@@ -331,7 +339,7 @@ class UpgradeTest:
         # the runtimes the newer release added go with the rollback; every runtime N-1 had must be back
         added = before.runtimes - getattr(self, "old_runtimes", before.runtimes)
         problems = losses(before, after, expect_gone=added)
-        back = getattr(self, "old_runtimes", set()) - after.runtimes
+        back: set[str] = getattr(self, "old_runtimes", set()) - after.runtimes
         if back:
             problems.append(f"runtimes of the old release missing after the rollback: {', '.join(sorted(back))}")
         names = self.start_jobs(f"after-rollback-{binary}", 1, 1)
@@ -367,23 +375,21 @@ class UpgradeTest:
             for i, binary in enumerate(binaries):
                 if i:
                     self.record(f"{binaries[i - 1]}: uninstall before the {binary} run",
-                                lambda b=binaries[i - 1]: self.uninstall(b))
+                                partial(self.uninstall, binaries[i - 1]))
                     self.record(f"CRDs back to {label} (so the {binary} run upgrades them again)",
-                                lambda: self.reset_crds(old_chart, old_root))
-                self.record(f"{binary}: install {label}", lambda b=binary: self.install_old(b, old_chart, old_root))
+                                partial(self.reset_crds, old_chart, old_root))
+                self.record(f"{binary}: install {label}", partial(self.install_old, binary, old_chart, old_root))
                 done = self.start_jobs(f"done-{binary}", self.finished_jobs, 1)
-                self.record(f"{binary}: TrainJobs finished before the upgrade",
-                            lambda d=done: f"{len(d)} {sorted(set(self.wait_terminal(d, self.job_timeout).values()))}")
+                self.record(f"{binary}: TrainJobs finished before the upgrade", partial(self.finished_summary, done))
                 # Held TrainJobs: created before the upgrade, their JobSets made by the old release's controller,
                 # suspended across the upgrade and resumed after it (on KWOK nodes pods complete at once, so a
                 # TrainJob cannot be caught mid-run there; on a real node these run).
                 running = self.start_jobs(f"running-{binary}", self.running_jobs, 30, suspend=True)
                 self.wait_jobsets(running)
-                self.record(f"{binary}: CRDs server-side, then upgrade to the working tree",
-                            lambda b=binary: self.upgrade(b))
+                self.record(f"{binary}: CRDs server-side, then upgrade to the working tree", partial(self.upgrade, binary))
                 self.record(f"{binary}: TrainJobs held across the upgrade resume and end Complete",
-                            lambda r=running: (self.resume(r), self.running_finish(r))[1])
-                self.record(f"{binary}: rollback to {label}", lambda b=binary: self.rollback(b))
+                            partial(self.resume_and_finish, running))
+                self.record(f"{binary}: rollback to {label}", partial(self.rollback, binary))
         return self.rows
 
 

@@ -24,9 +24,10 @@ from .smokejobs import (
     node_selector,
     pod_specs,
 )
+from .suitestate import SuiteState
 
 
-class WorkloadChecks:
+class WorkloadChecks(SuiteState):
     """Steps that run smoke TrainJobs and check what the controllers made of them (mixed into Suite:
     uses its kube, provider, rendered, jobs, job_labels, place, read and wait_trainjobs)."""
 

@@ -35,7 +35,7 @@ class ExistingProvider(Provider):
         self.gpu_nodes = 0
 
     def up(self, suite: Any) -> Kubectl:
-        if not self.kubeconfig.is_file():
+        if self.kubeconfig is None or not self.kubeconfig.is_file():
             raise UserError(f"no kubeconfig at {self.kubeconfig}", "set KUBECONFIG or use --provider local")
         self.kube = Kubectl(self.kubeconfig, self.context, lock=self.lock)
         result = self.kube.kubectl("version", "-o", "json", check=False, timeout=20)
