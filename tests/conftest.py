@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 from trainstack import lock as lockmod
 from trainstack import tools
 
-pytest_plugins = ["clusters"]  # the shared clusters (tests/clusters.py)
+pytest_plugins = ["clusters", "support.team_values"]  # the shared clusters (tests/clusters.py); the teams values_file fixture
 
 # The test tiers, one folder each (tests/<tier>/), cheapest first; `make test-<tier>` runs one.
 TIERS = ("unit", "chart", "integration", "e2e")

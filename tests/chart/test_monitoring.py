@@ -7,7 +7,6 @@ chart wires metrics only when asked, and the ServiceMonitors only where the Prom
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
@@ -20,6 +19,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, by_kind, helm_template, run_cli
+from support.monitoring_render import WITH_KUEUE, alerts, render, rule_groups, run_tool
 from trainstack import monitoring, tools
 
 FORCED = ("--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always")
@@ -28,35 +28,6 @@ OPERATIONS = ROOT / "docs" / "operations.md"
 MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule", "NetworkPolicy")
 
 
-def run_tool(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, check=False, **kwargs)
-
-
-def render(*args: str) -> list[dict]:
-    """helm template of the chart without CRDs (not needed here), parsed with the C loader: rendered once
-    per session and argument list, parsed afresh for each caller."""
-    return [d for d in yaml.load_all(_template(args), Loader=yaml.CSafeLoader) if isinstance(d, dict) and d]
-
-
-@functools.cache
-def _template(args: tuple[str, ...]) -> str:
-    from trainstack import helm
-
-    return helm.run(helm.template_args(ROOT / "charts" / "trainstack", *args)).stdout
-
-
-def rule_groups(docs: list[dict]) -> list[dict]:
-    rules = [d for d in docs if d["kind"] == "PrometheusRule"]
-    assert len(rules) == 1
-    return rules[0]["spec"]["groups"]
-
-
-def alerts(groups: list[dict]) -> dict[str, dict]:
-    return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
-
-
-# Kueue is wired where the chart can install it (the `kueue` dependency, `kueue.install`).
-WITH_KUEUE = "kueue" in (yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text()) or {})
 WIRED = {"trainer": "kubeflow-trainer-controller-manager", "jobset": "jobset-controller",
          "lws": "lws-controller-manager", **({"kueue": "kueue-controller-manager"} if WITH_KUEUE else {})}
 

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, assert_one_line_error, by_kind, docs_of, helm_template, run_cli
+from support.team_values import VALUES
 
 EXAMPLE = ROOT / "examples" / "teams" / "values.yaml"
 
@@ -157,25 +158,6 @@ def test_bad_team_values_fail_helm_template_with_one_line(chart_ready, args, mes
     assert len(errors) == 1 and message in errors[0], result.stderr
 
 
-VALUES = """\
-# dev values: a comment that must survive.
-policies:
-  # Guard rails warn here.
-  validationActions: [Warn, Audit]   # trailing comment
-
-teams:
-  # the first team
-  existing:
-    members:
-      - {kind: Group, name: existing, role: edit}
-"""
-
-
-@pytest.fixture
-def values_file(tmp_path):
-    path = tmp_path / "values.yaml"
-    path.write_text(VALUES)
-    return path
 
 
 @pytest.mark.slow

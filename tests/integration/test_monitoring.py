@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
 from conftest import ROOT
+from support.monitoring_render import WITH_KUEUE, alerts, render, rule_groups, run_tool
 from trainstack import monitoring, tools
 
 FORCED = ("--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always")
@@ -29,31 +29,6 @@ TEST_THRESHOLDS = ("--set", "monitoring.alerts.waitingFor=30m", "--set", "monito
 ALERTS_TEST = ROOT / "tests" / "monitoring" / "alerts_test.yaml"
 
 
-def run_tool(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, check=False, **kwargs)
-
-
-def render(*args: str) -> list[dict]:
-    """helm template of the chart without CRDs (not needed here), parsed with the C loader."""
-    from trainstack import helm
-
-    result = helm.run(["template", "trainstack", str(ROOT / "charts" / "trainstack"), "--namespace",
-                       "kubeflow-system", *args])
-    return [d for d in yaml.load_all(result.stdout, Loader=yaml.CSafeLoader) if isinstance(d, dict) and d]
-
-
-def rule_groups(docs: list[dict]) -> list[dict]:
-    rules = [d for d in docs if d["kind"] == "PrometheusRule"]
-    assert len(rules) == 1
-    return rules[0]["spec"]["groups"]
-
-
-def alerts(groups: list[dict]) -> dict[str, dict]:
-    return {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
-
-
-# Kueue is wired where the chart can install it (the `kueue` dependency, `kueue.install`).
-WITH_KUEUE = "kueue" in (yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text()) or {})
 
 
 @pytest.fixture(scope="module")

@@ -3,29 +3,8 @@ errors of bad team values, and `trainstack team add` editing a values file in pl
 
 from __future__ import annotations
 
-import pytest
-
 from conftest import assert_one_line_error, run_cli
-
-VALUES = """\
-# dev values: a comment that must survive.
-policies:
-  # Guard rails warn here.
-  validationActions: [Warn, Audit]   # trailing comment
-
-teams:
-  # the first team
-  existing:
-    members:
-      - {kind: Group, name: existing, role: edit}
-"""
-
-
-@pytest.fixture
-def values_file(tmp_path):
-    path = tmp_path / "values.yaml"
-    path.write_text(VALUES)
-    return path
+from support.team_values import VALUES
 
 
 def test_team_add_refuses_an_existing_or_reserved_team(values_file):
