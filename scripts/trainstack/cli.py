@@ -15,7 +15,7 @@ import traceback
 from pathlib import Path
 
 from . import __version__, paths, progress
-from .cmdline import Parser as _Parser  # the old name, for callers outside the package
+from .cmdline import Parser
 from .errors import INTERNAL_ERROR, UsageError, UserError
 
 
@@ -138,12 +138,12 @@ def _cmd_docs(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="trainstack", description="Kubeflow Trainer as a platform: pinned, rendered, validated, tested.")
+    parser = Parser(prog="trainstack", description="Kubeflow Trainer as a platform: pinned, rendered, validated, tested.")
     parser.add_argument("--version", action="version", version=f"trainstack {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     tools_p = sub.add_parser("tools", help="install and list the pinned CLIs")
-    tools_sub = tools_p.add_subparsers(dest="tools_command", required=True, parser_class=_Parser)
+    tools_sub = tools_p.add_subparsers(dest="tools_command", required=True, parser_class=Parser)
     install_p = tools_sub.add_parser("install", help="build missing tools into the cache (idempotent)")
     install_p.add_argument("names", nargs="*", help="tools to install (default: all in the lock but those of a setup tier, e.g. argocd: make setup-gitops)")
     install_p.add_argument("--skip-optional", action="store_true", help="skip the upstream controllers (e2e only)")

@@ -9,9 +9,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from .cmdline import group  # moved to the core layer; this name stays for callers not yet moved
-
-__all__ = ["MODULES", "group", "registrars"]
+__all__ = ["MODULES", "registrars"]
 
 MODULES: list[str] = [
     "trainstack.validate.command",
