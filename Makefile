@@ -11,13 +11,14 @@ PYTEST_ARGS ?=
 TIERS := unit chart integration e2e
 TEST_TIMES := artifacts/test-times
 
-.PHONY: setup setup-chart setup-cluster setup-bench venv tools deps render validate generate test test-fast test-unit test-chart test-integration test-e2e e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lint lock-check clean help
+.PHONY: setup setup-chart setup-cluster setup-bench venv tools deps render validate generate verify test test-fast test-unit test-chart test-integration test-e2e e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lint lock-check clean help
 .PHONY: setup-gitops e2e-gitops
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-$(STAMP): pyproject.toml
+# _version.py: the package's metadata carries the version (pyproject's dynamic version), so a new release reinstalls.
+$(STAMP): pyproject.toml scripts/trainstack/_version.py
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --upgrade pip
 	$(VENV)/bin/pip install --quiet -e '.[test]'
@@ -49,14 +50,18 @@ validate: setup-chart ## validate ENV (default dev): schemas, CRD CEL rules, for
 docs: venv ## regenerate generated docs (chart README, README tables, values.schema.json)
 	$(TS) docs
 
-generate: docs setup-chart ## regenerate every generated file: the docs, and the chart tier's golden renders (tests/chart/golden/)
-	$(VENV)/bin/python tests/chart/golden.py write
+generate: setup-chart ## regenerate every generated file: the lock's and the release's versions, CHANGELOG.md, the docs, the guard-rail review, the golden renders (tests/chart/golden/)
+	$(TS) generate
+
+verify: setup-chart ## regenerate every generated file into a scratch copy of the checkout; fail naming each one that differs (about 35 s warm)
+	$(TS) verify
 
 lock-check: venv ## check the lock file and Chart.lock
 	$(TS) lock check
 
-lint: setup-chart ## ruff, helm lint --strict with each environment's values, the layer contract (layers.toml, docs/architecture.md) and mypy; all pinned
+lint: setup-chart ## ruff, helm lint --strict with each environment's values, the layer contract (layers.toml, docs/architecture.md) and mypy; all pinned; then make verify
 	$(TS) lint
+	$(TS) verify
 
 setup-cluster: setup-chart ## setup-chart + the cluster tools (etcd, kube-apiserver, KWOK, the controllers): no Debian packages, no torch
 	$(TS) tools install
@@ -100,8 +105,8 @@ e2e-gitops: setup-gitops ## the platform synced from git by the real Argo CD on 
 e2e-data-cache: setup ## make e2e with the LWS data cache on
 	$(TS) e2e --provider $(PROVIDER) --env $(ENV) --data-cache
 
-e2e-lifecycle: setup ## upgrade from the last release (helm v4, then v3), rollback, faults (KWOK and real node), backup restore, migration from upstream's chart (make test runs it too)
-	$(VENV)/bin/pytest tests/e2e/test_lifecycle.py tests/e2e/test_lifecycle_real.py tests/e2e/test_migrate_live.py $(PYTEST_ARGS)
+e2e-lifecycle: setup ## upgrade from the last release (helm v4, then v3), rollback, faults (KWOK and real nodes, a node lost), backup restore, migration from upstream's chart (make test runs it too)
+	$(VENV)/bin/pytest tests/e2e/test_lifecycle.py tests/e2e/test_lifecycle_real.py tests/e2e/test_node_loss.py tests/e2e/test_migrate_live.py $(PYTEST_ARGS)
 
 smoke-train: venv ## real torch DDP training smoke (two ranks on this machine)
 	$(TS) smoke install

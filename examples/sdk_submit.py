@@ -1,13 +1,16 @@
-"""Submit examples/train_ddp.py as a Kubeflow TrainJob with the Kubeflow Python SDK (`pip install kubeflow`).
+"""Submit examples/train_ddp.py (or another example) as a Kubeflow TrainJob with the Kubeflow Python SDK.
 
     python examples/sdk_submit.py                                  # torch-distributed, 2 nodes
     python examples/sdk_submit.py --runtime torch-distributed --num-nodes 4 --namespace team-a --cpu 2
     python examples/sdk_submit.py --dry-run                        # print the TrainJob; needs no cluster
     python examples/sdk_submit.py -- --steps 500 --seed 3          # arguments after -- go to train_ddp.py
+    python examples/sdk_submit.py --runtime jax-distributed --script examples/train_jax.py
+    python examples/sdk_submit.py --runtime xgboost-distributed --script examples/train_xgboost.py
 
 The SDK's CustomTrainer ships a Python function to the runtime, which runs it under torchrun on
-every node with the PET_* variables the controller injects. The function here, `run_train_ddp`,
-carries the text of train_ddp.py, writes it to a file in the container and runs it, so the job
+every node with the PET_* variables the controller injects (on the JAX and XGBoost runtimes it runs
+it under python, with their JAX_* or DMLC_* variables). The function here, `run_script`,
+carries the text of the script, writes it to a file in the container and runs it, so the job
 trains with exactly the script `trainstack smoke train` tests, in the runtime's stock torch
 image: nothing to build or mount. The checkpoint goes to /workspace/output, where the golden
 runtimes mount the output volume. Prints the TrainJob's name.
@@ -26,14 +29,14 @@ DEFAULT_RUNTIME = "torch-distributed"
 SHELL_SPECIAL = ("$", "`", "\\")
 
 
-def run_train_ddp(source: str, argv: list) -> None:
-    """Runs in each training process on the cluster: write train_ddp.py and run it as __main__."""
+def run_script(source: str, argv: list, name: str = "train_ddp.py") -> None:
+    """Runs in each training process on the cluster: write the script as NAME and run it as __main__."""
     import os
     import runpy
     import sys
     import tempfile
 
-    path = os.path.join(tempfile.mkdtemp(prefix="train-ddp-"), "train_ddp.py")
+    path = os.path.join(tempfile.mkdtemp(prefix="trainstack-"), name)
     with open(path, "w") as handle:
         handle.write(source)
     sys.argv = [path, *argv]
@@ -45,13 +48,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--runtime", default=DEFAULT_RUNTIME, help=f"runtime name (default {DEFAULT_RUNTIME})")
     parser.add_argument("--num-nodes", type=int, default=2, help="training nodes (default 2)")
     parser.add_argument("--namespace", help="namespace of the TrainJob (default: the kubeconfig context's)")
+    parser.add_argument("--script", type=Path, default=TRAIN_SCRIPT,
+                        help="the training script (default examples/train_ddp.py)")
     parser.add_argument("--image", help="trainer image (default: the runtime's)")
     parser.add_argument("--cpu", help="CPUs per node; on CPU nodes this is also the processes per node")
     parser.add_argument("--memory", help="memory per node, e.g. 4Gi")
     parser.add_argument("--gpu", type=int, help="GPUs per node (one process per GPU)")
     parser.add_argument("--dry-run", action="store_true",
                         help="print the TrainJob that would be created, as JSON, without contacting a cluster")
-    parser.add_argument("train_args", nargs="*", metavar="-- ARGS", help="arguments for train_ddp.py")
+    parser.add_argument("train_args", nargs="*", metavar="-- ARGS", help="arguments for the script")
     args = parser.parse_args(argv)
     if args.num_nodes < 1:
         parser.error("--num-nodes must be at least 1")
@@ -65,31 +70,37 @@ def build_trainer(args: argparse.Namespace):
     """The SDK trainer object that describes the job: the function, its arguments, nodes and resources."""
     from kubeflow.trainer import CustomTrainer
 
-    source = TRAIN_SCRIPT.read_text()
+    script = Path(args.script)
+    try:
+        source = script.read_text()
+    except OSError as err:
+        raise SystemExit(f"error: --script {script}: {err.strerror}") from None
     if any(c in source for c in SHELL_SPECIAL):
-        raise SystemExit(f"error: {TRAIN_SCRIPT} contains $, a backquote or a backslash; the SDK's shell "
+        raise SystemExit(f"error: {script} contains $, a backquote or a backslash; the SDK's shell "
                          "here-document would change it")
     resources = {k: v for k, v in (("cpu", args.cpu), ("memory", args.memory),
                                    ("gpu", str(args.gpu) if args.gpu else None)) if v}  # quantities as strings
-    return CustomTrainer(func=run_train_ddp, func_args={"source": source, "argv": list(args.train_args)},
+    return CustomTrainer(func=run_script, func_args={"source": source, "argv": list(args.train_args),
+                                                     "name": script.name},
                          num_nodes=args.num_nodes, resources_per_node=resources or None, image=args.image)
 
 
 def dry_run_trainjob(args: argparse.Namespace) -> dict:
-    """The TrainJob the SDK would create, built by the SDK's own code for a torch runtime, offline.
+    """The TrainJob the SDK would create, built by the SDK's own code, offline.
 
     A real submit reads the runtime from the cluster; here it is described as the SDK reads a
-    torch runtime (a CustomTrainer runtime whose entry point is torchrun).
+    golden runtime of that name: torch (entry point torchrun) unless it names jax or xgboost (python).
     """
     from kubeflow.trainer import Runtime, RuntimeKind, RuntimeTrainer, TrainerType
     from kubeflow.trainer.backends.kubernetes import utils
     from kubeflow.trainer.constants import constants
     from kubeflow_trainer_api import models
 
+    framework = next((f for f in ("jax", "xgboost") if args.runtime.startswith(f)), "torch")
     runtime = Runtime(name=args.runtime, kind=RuntimeKind.CLUSTER_TRAINING_RUNTIME,
-                      trainer=RuntimeTrainer(trainer_type=TrainerType.CUSTOM_TRAINER, framework="torch",
+                      trainer=RuntimeTrainer(trainer_type=TrainerType.CUSTOM_TRAINER, framework=framework,
                                              image=args.image or "(the runtime's image)"))
-    runtime.trainer.set_command(constants.TORCH_COMMAND)
+    runtime.trainer.set_command(constants.TORCH_COMMAND if framework == "torch" else constants.DEFAULT_COMMAND)
     trainer = utils.get_trainer_cr_from_custom_trainer(runtime, build_trainer(args))
     job = models.TrainerV1alpha1TrainJob(
         apiVersion=constants.API_VERSION, kind=constants.TRAINJOB_KIND,

@@ -23,9 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import socket
 import sys
 import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 # The CUDA wheels of torch warn at import when numpy is absent; this script never uses numpy.
@@ -53,6 +55,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--checkpoint-every", type=int, default=0,
                         help="also save every N steps (0: only at the end)")
     parser.add_argument("--resume", action="store_true", help="continue from the checkpoint in --output-dir if there is one")
+    parser.add_argument("--collective-timeout", type=float, default=1800.0, metavar="SECONDS",
+                        help="give up a collective (and exit non-zero) when a peer has not answered this long, so "
+                             "the job's retries can start again from the checkpoint (default 1800, torch's own)")
     args = parser.parse_args(argv)
     for name in ("steps", "batch_size", "features", "hidden"):
         if getattr(args, name) < 1:
@@ -119,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         backend, device = "gloo", torch.device("cpu")
     if distributed:
-        dist.init_process_group(backend=backend)
+        dist.init_process_group(backend=backend, timeout=timedelta(seconds=args.collective_timeout))
+        # where this rank runs and what the rendezvous address resolved to (every rank: each logs its own)
+        master = os.environ.get("MASTER_ADDR", "")
+        emit({"event": "rendezvous", "rank": rank, "host": socket.gethostname(), "master_addr": master,
+              "master_ip": socket.gethostbyname(master) if master else ""})
     torch.use_deterministic_algorithms(True, warn_only=True)
 
     torch.manual_seed(args.seed)
@@ -148,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
               "world_size": world_size, "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", "1")),
               "nproc_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")), "start_step": start_step,
               "steps": args.steps, "seed": args.seed, "torch": torch.__version__,
+              "params": sum(p.numel() for p in model.parameters()),
               "resumed": start_step > 0})
     started = time.perf_counter()
     for step in range(start_step + 1, args.steps + 1):

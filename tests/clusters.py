@@ -36,10 +36,16 @@ import yaml
 from conftest import need_binaries
 from trainstack import paths
 from trainstack.cluster.local import BINARIES, LocalCluster
+from trainstack.e2e import base as basemod
+from trainstack.e2e import smokejobs as smokemod
 from trainstack.e2e import suite as suitemod
 from trainstack.e2e.providers.local import REAL_NODE_TOOLS, LocalProvider, controller_binaries
 
 SHARED = ("local_cluster", "platform", "real_platform")
+# Training across nodes is what tests/e2e/test_e2e_local.py (`make e2e`'s two nodes) and
+# test_node_loss.py check; every other real-node cluster needs only one node, which saves a node's
+# start and every image pulled into its own containerd (the torch image alone: about a minute).
+ONE_REAL_NODE = 1
 _LAST_USERS = pytest.StashKey[dict[str, str]]()
 _RELEASE: dict[str, Callable[[], None]] = {}  # shared cluster -> how to stop it now (once)
 
@@ -138,7 +144,7 @@ def local_cluster() -> Iterator[LocalCluster]:
     """The bare cluster (a CPU and a GPU pool of KWOK nodes, the pinned etcd, kube-apiserver,
     kube-controller-manager, kube-scheduler; no chart), shared by the session."""
     need_binaries(*BINARIES)
-    cluster = LocalCluster(name=f"pytest-{os.getpid()}", cert_sans=(f"*.{suitemod.NAMESPACE}.svc",))
+    cluster = LocalCluster(name=f"pytest-{os.getpid()}", cert_sans=(f"*.{basemod.NAMESPACE}.svc",))
     with _released_early("local_cluster", cluster.stop):
         cluster.start()
         yield cluster
@@ -149,7 +155,7 @@ def platform() -> Iterator[suitemod.Suite]:
     """The chart installed on KWOK nodes with the controllers and webhooks running, shared by the session."""
     need_binaries(*BINARIES, "helm")
     provider = LocalProvider(fresh_run_dir("platform"), nodes="kwok")
-    need_binaries(*controller_binaries(suitemod.render("dev", provider.lock), provider.lock))
+    need_binaries(*controller_binaries(smokemod.render("dev", provider.lock), provider.lock))
     with ExitStack() as stack, _released_early("platform", stack.close):
         yield stack.enter_context(installed(provider))
 
@@ -173,7 +179,7 @@ def real_platform() -> Iterator[suitemod.Suite]:
     for the tests that need pods that really run: the pipeline, the live metrics scrape, the node
     daemons' restarts (kubelet and containerd come back; the cluster stays as it was)."""
     need_binaries(*BINARIES, *REAL_NODE_TOOLS, "helm")
-    provider = LocalProvider(fresh_run_dir("real"), nodes="real")
+    provider = LocalProvider(fresh_run_dir("real"), nodes="real", real_nodes=ONE_REAL_NODE)
     monitoring = provider.run_dir / "values-monitoring.yaml"
     monitoring.write_text("monitoring: {enabled: true}\n")
     node_values = provider.values_files

@@ -20,3 +20,8 @@ LWS_API = f"{LWS_GROUP}/v1"
 LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 KUEUE_GROUP = "kueue.x-k8s.io"
 QUEUE_LABEL = f"{KUEUE_GROUP}/queue-name"
+# The native gang scheduler of Kubernetes 1.36 (alpha; docs/scheduling.md): Workload and PodGroup.
+GANG_GROUP = "scheduling.k8s.io"
+GANG_VERSION = "v1alpha2"
+PODGROUPS = f"podgroups.{GANG_VERSION}.{GANG_GROUP}"
+WORKLOADS = f"workloads.{GANG_VERSION}.{GANG_GROUP}"

@@ -21,6 +21,7 @@ MODULES: list[str] = [
     "trainstack.status",
     "trainstack.monitoring",
     "trainstack.release",
+    "trainstack.generate",
     "trainstack.publish",
     "trainstack.convert.command",
     "trainstack.migrate",

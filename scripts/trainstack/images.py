@@ -10,7 +10,12 @@ lock pins, with the pinned `crane`, into the cluster's own registry (the "mirror
   repository and tag, so `global.imageRegistry` alone points a chart install at them;
 - `python`: a Debian root filesystem (`mmdebstrap` minbase, the host's apt sources) with python3;
 - `torch-cpu`: that root filesystem as its base layer, plus the lock's torch and the CPU part of
-  its requirements from the wheel cache `smoke install` keeps, and `torchrun` on PATH.
+  its requirements from the wheel cache `smoke install` keeps, and `torchrun` on PATH;
+- `jax-cpu`, `xgboost-cpu` (`kind: python`): that root filesystem plus exactly the entry's pinned
+  PyPI packages, under the JAX and XGBoost runtimes' own repository and tag (`image:`).
+
+Every Debian-based image has the default command its lock entry's `cmd` names, as its upstream
+counterpart has one, so a TrainJob that sets no command runs it rather than failing to start.
 
 Each image carries a label with the hash of its inputs; a build whose image in the registry has
 that label already is skipped, so a warm run pushes nothing. The registry's storage lives in the
@@ -31,7 +36,7 @@ import sys
 import tarfile
 import time
 import zipfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +67,10 @@ def repository_tag(name: str, lock: lockmod.Lock) -> tuple[str, str]:
         return image.repository, image.tag
     if entry.get("kind") == "torch":
         return str(entry["repository"]), f"{_torch_wheel(lock)[1]}-{_debian(spec(str(entry['base']), lock))[0]}"
-    if entry.get("kind") == "debian":
+    if entry.get("kind") == "debian" and "repository" in entry:
         return str(entry["repository"]), _debian(entry)[0]
+    if "repository" not in entry or "tag" not in entry:
+        raise UserError(f"{lock.path}: lock entry 'builtImages.{name}' needs `image:`, or `repository:` and `tag:`")
     return str(entry["repository"]), str(entry["tag"])
 
 
@@ -184,6 +191,7 @@ class Recipe:
     env: dict[str, str]
     source: str
     workdir: str = ""
+    cmd: list[str] = field(default_factory=list)  # the default command (the lock entry's `cmd`)
 
 
 def _k8s_module_zip(lock: lockmod.Lock) -> Path:
@@ -268,59 +276,84 @@ def debian_recipe(name: str, lock: lockmod.Lock) -> Recipe:
                   f"Debian {suite} (mmdebstrap minbase + {', '.join(packages)})")
 
 
-def torch_recipe(name: str, lock: lockmod.Lock) -> Recipe:
+def _ensure_wheels(requirements: list[str]) -> None:
+    """Download into the wheel cache (once) what installing `requirements` offline would lack."""
+    # --ignore-installed: the question is whether the wheel cache has them, not this venv (which
+    # may have numpy already, leaving the cache without it on a fresh machine)
+    if requirements and trainenv._install_offline("--dry-run", "--ignore-installed", *requirements).returncode != 0:
+        trainenv._download(*requirements)
+
+
+def python_layer(work: Path, installs: list[tuple[list[str], bool]], launchers: dict[str, str]) -> Path:
+    """One layer over the Debian python base: each (requirements, no_deps) of `installs` pip-installed
+    offline from the wheel cache into dist-packages, the first install winning a name; a script in
+    /usr/local/bin per launcher (name: module whose main() it runs); `python` for python3; and
+    /workspace, writable by any user (the Kubeflow SDK writes its training script to the working
+    directory, as upstream's images have it)."""
+    site = work / "python-root"
+    shutil.rmtree(site, ignore_errors=True)
+    target = site / PYTHON_SITE
+    for index, (reqs, no_deps) in enumerate(installs):
+        out = work / f"pip-{index}"
+        result = proc.run(
+            [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--quiet", "--no-index",
+             "--find-links", str(trainenv.wheel_dir()), "--no-compile", "--target", str(out),
+             *(["--no-deps"] if no_deps else []), *reqs], check=False)
+        if result.returncode != 0:
+            raise UserError(f"pip could not install {reqs[0]} into the image: "
+                            f"{(result.stderr or result.stdout).strip()[-300:]}")
+        for child in out.iterdir():
+            if child.name == "bin":
+                continue
+            dest = target / child.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if not dest.exists():
+                shutil.move(str(child), dest)
+    bindir = site / "usr/local/bin"
+    bindir.mkdir(parents=True)
+    for launcher, module in launchers.items():
+        path = bindir / launcher
+        path.write_text(f"#!/usr/bin/python3\nimport sys\nfrom {module} import main\nsys.exit(main())\n")
+        path.chmod(0o755)
+    (bindir / "python").symlink_to("/usr/bin/python3")
+    (site / "workspace").mkdir()
+    (site / "workspace").chmod(0o1777)
+    return dir_layer(site, work / "python-packages.tar")
+
+
+def python_recipe(name: str, lock: lockmod.Lock) -> Recipe:
+    """A `kind: python` image (exactly its pinned pythonPackages over its Debian base) or `kind: torch`
+    (the lock's torch wheel and its CPU requirements, plus pythonPackages, and `torchrun`)."""
     entry = spec(name, lock)
     base_entry = spec(str(entry["base"]), lock)
-    wheel, _ = _torch_wheel(lock)
     extra = [str(r) for r in entry.get("pythonPackages", [])]
-    chosen = [*trainenv.cpu_requirements(trainenv.wheel_requirements(wheel)), *extra]
+    installs: list[tuple[list[str], bool]] = []
+    launchers: dict[str, str] = {}
+    if entry.get("kind") == "torch":
+        wheel, _ = _torch_wheel(lock)
+        chosen = [*trainenv.cpu_requirements(trainenv.wheel_requirements(wheel)), *extra]
+        installs = [([f"torch=={wheel.name.split('-')[1]}"], True), (chosen, False)]
+        launchers = {"torchrun": "torch.distributed.run"}
+        inputs, what = f"{wheel.name} {' '.join(chosen)}", f"{wheel.name} (CPU requirements)"
+    else:
+        if not extra:
+            raise UserError(f"{lock.path}: lock entry 'builtImages.{name}' (kind python) lists no pythonPackages")
+        installs = [(extra, False)]
+        inputs = what = " ".join(extra)
     suite, _ = _debian(base_entry)
     base_key, build_base = _debian_base(base_entry)
-    key = hashlib.sha256(f"{base_key} {wheel.name} {' '.join(chosen)}".encode()).hexdigest()
+    key = hashlib.sha256(f"{base_key} {inputs}".encode()).hexdigest()
 
     def layers(work: Path) -> list[Path]:
         base = build_base()
-        site = work / "torch-root"
-        shutil.rmtree(site, ignore_errors=True)
-        target = site / PYTHON_SITE
-        # --ignore-installed: the question is whether the wheel cache has them, not this venv (which
-        # may have numpy already, leaving the cache without it on a fresh machine)
-        if extra and trainenv._install_offline("--dry-run", "--ignore-installed", *extra).returncode != 0:
-            trainenv._download(*extra)  # into the wheel cache, once
-        with progress.step(f"installing {wheel.name} and {len(chosen)} CPU requirements into the image"):
-            for reqs, no_deps in (([f"torch=={wheel.name.split('-')[1]}"], True), (chosen, False)):
-                out = work / ("pip-torch" if no_deps else "pip-deps")
-                result = proc.run(
-                    [sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--quiet", "--no-index",
-                     "--find-links", str(trainenv.wheel_dir()), "--no-compile", "--target", str(out),
-                     *(["--no-deps"] if no_deps else []), *reqs], check=False)
-                if result.returncode != 0:
-                    raise UserError(f"pip could not install {reqs[0]} into the image: "
-                                    f"{(result.stderr or result.stdout).strip()[-300:]}")
-                for child in out.iterdir():
-                    if child.name == "bin":
-                        continue
-                    dest = target / child.name
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                    if not dest.exists():
-                        shutil.move(str(child), dest)
-            bindir = site / "usr/local/bin"
-            bindir.mkdir(parents=True)
-            launcher = bindir / "torchrun"
-            launcher.write_text("#!/usr/bin/python3\nimport sys\nfrom torch.distributed.run import main\n"
-                                "sys.exit(main())\n")
-            launcher.chmod(0o755)
-            (bindir / "python").symlink_to("/usr/bin/python3")
-            (site / "workspace").mkdir()
-            (site / "workspace").chmod(0o1777)
-            torch_layer = dir_layer(site, work / "torch.tar")
-        return [base, torch_layer]
+        _ensure_wheels(extra)  # into the wheel cache, once
+        with progress.step(f"installing {what} into the image"):
+            return [base, python_layer(work, installs, launchers)]
 
-    # /workspace is the working directory, writable by any user, as in upstream's torch images
-    # (the Kubeflow SDK writes its training script to the working directory).
+    # /workspace is the working directory, as in upstream's torch and xgboost images.
     return Recipe(name, hashlib.sha256(f"{key} workdir=/workspace".encode()).hexdigest(), layers, [],
-                  str(entry.get("user", "1000:1000")), DEBIAN_ENV,
-                  f"Debian {suite} (mmdebstrap) + {wheel.name} (CPU requirements)", workdir="/workspace")
+                  str(entry.get("user", "1000:1000")), DEBIAN_ENV, f"Debian {suite} (mmdebstrap) + {what}",
+                  workdir="/workspace")
 
 
 def _apt_sources() -> Path:
@@ -337,13 +370,15 @@ def recipe(name: str, lock: lockmod.Lock) -> Recipe:
     kind = spec(name, lock).get("kind", "binary")
     if kind == "pause":
         rec = pause_recipe(lock)
-    elif kind == "torch":
-        rec = torch_recipe(name, lock)
+    elif kind in ("torch", "python"):
+        rec = python_recipe(name, lock)
     elif kind == "debian":
         rec = debian_recipe(name, lock)
     else:
         rec = binary_recipe(name, lock)
-    rec.key = hashlib.sha256(f"{rec.key} layers=zstd -{ZSTD_LEVEL}".encode()).hexdigest()
+    rec.cmd = [str(a) for a in spec(name, lock).get("cmd", [])]
+    config = f" cmd={json.dumps(rec.cmd)}" if rec.cmd else ""  # (images without one keep their key)
+    rec.key = hashlib.sha256(f"{rec.key} layers=zstd -{ZSTD_LEVEL}{config}".encode()).hexdigest()
     return rec
 
 
@@ -386,6 +421,11 @@ class Builder:
         except ValueError:
             return None
 
+    def digest(self, ref: str) -> str | None:
+        """The manifest digest the registry serves for `ref`, or None when it has no such tag."""
+        result = self.crane_run("digest", ref, timeout=60)
+        return result.stdout.strip() if result.returncode == 0 else None
+
     def size(self, ref: str) -> int:
         try:
             manifest = json.loads(self.crane_ok("manifest", ref, timeout=60))
@@ -412,6 +452,8 @@ class Builder:
                       "-l", f"org.opencontainers.image.source={rec.source}", "-t", ref]
             if rec.entrypoint:
                 mutate += ["--entrypoint", ",".join(rec.entrypoint)]
+            if rec.cmd:
+                mutate += ["--cmd", ",".join(rec.cmd)]
             if rec.workdir:
                 mutate += ["-w", rec.workdir]
             for key, value in rec.env.items():

@@ -142,6 +142,22 @@ class Lock:
     def kubernetes_version(self) -> str:
         return self._str("kubernetes", "version")
 
+    def _switches(self, *keys: str) -> dict[str, bool]:
+        value = self.get(*keys)
+        if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, bool) for k, v in value.items()):
+            raise UserError(f"{self.path}: lock entry '{'.'.join(keys)}' must map names to true or false")
+        return dict(value)
+
+    @property
+    def kubernetes_feature_gates(self) -> dict[str, bool]:
+        """Feature gates of the local control plane's API server, controller manager and scheduler."""
+        return self._switches("kubernetes", "featureGates")
+
+    @property
+    def kubernetes_runtime_config(self) -> dict[str, bool]:
+        """The local API server's --runtime-config (API group versions turned on or off)."""
+        return self._switches("kubernetes", "runtimeConfig")
+
     def tool(self, name: str) -> Tool:
         entry = self.get("tools", name)
         if not isinstance(entry, dict):
@@ -240,6 +256,8 @@ class Lock:
                 found.append(err.message)
 
         check(lambda: self.kubernetes_version)
+        check(lambda: self.kubernetes_feature_gates)
+        check(lambda: self.kubernetes_runtime_config)
         for section in ("tools", "charts", "images", "sources"):
             try:
                 names = list(self.get(section))

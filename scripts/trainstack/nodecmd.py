@@ -3,7 +3,8 @@
 `trainstack node prereqs` installs the Debian packages the lock pins under `debian` (runc, the
 CNI plugins, iptables, conntrack, mmdebstrap, zstd) with apt-get, at exactly those versions, and skips
 itself when they are installed; `--check` only reports. `trainstack node status` lists the real
-node's pinned parts (tools, packages) and whether each is there.
+node's pinned parts (tools, packages) and whether each is there, then every real node of the local
+clusters this host runs (kept ones too): its address, pod CIDR and whether each daemon is up.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import argparse
 import json
 import os
 import shutil
+from typing import Any
 
 from . import lock as lockmod
 from . import proc, progress, tools
@@ -87,11 +89,39 @@ def _cmd(args: argparse.Namespace) -> int:
         tool = lock.tool(name)
         for binary in tool.packages:
             rows.append(("tool", binary, tool.version, "installed" if tools.find(binary, lock) else "missing"))
+    nodes = running_nodes()
     if args.output == "json":
-        print(json.dumps([dict(zip(("kind", "name", "version", "status"), r, strict=True)) for r in rows], indent=2))
+        print(json.dumps({"parts": [dict(zip(("kind", "name", "version", "status"), r, strict=True)) for r in rows],
+                          "nodes": nodes}, indent=2))
     else:
         progress.table("real node parts", ["kind", "name", "version", "status"], rows)
+        if nodes:
+            progress.table("real nodes of local clusters", ["cluster", "node", "address", "pod CIDR", "parts"],
+                           [(n["cluster"], n["name"], n["ip"], n["podCIDR"],
+                             ", ".join(f"{part} {'up' if up else 'DOWN'}" for part, up in n["parts"].items()))
+                            for n in nodes])
     return 0
+
+
+def running_nodes() -> list[dict[str, Any]]:
+    """Every real node of the local clusters this host runs (kept with --keep, or a run in progress):
+    name, address, pod CIDR and whether each of its daemons (kubelet, containerd, kube-proxy) is up."""
+    # only `node status` reads the e2e provider's state: every command imports this module to register it
+    from .cluster.common import pid_alive
+    from .e2e.providers.local import state_dir
+
+    out: list[dict[str, Any]] = []
+    for path in sorted(state_dir().glob("*.json")) if state_dir().is_dir() else []:
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for node in state.get("real_nodes") or []:
+            parts = {name: pid_alive(int(pid)) for name, pid in (node.get("pids") or {}).items()}
+            out.append({"cluster": state.get("cluster", path.stem), **{k: node.get(k) for k in ("name", "ip", "podCIDR",
+                                                                                                 "netns", "logs")},
+                        "parts": parts})
+    return out
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -1,4 +1,6 @@
-"""The PET_* environment Kubeflow Trainer's torch plugin gives a TrainJob's `node` pods, by upstream's rules.
+"""The environment Kubeflow Trainer's framework plugins give a TrainJob's `node` pods, by upstream's rules.
+
+PET_* for torch, JAX_* for JAX and DMLC_* for XGBoost (plugins torch, jax and xgboost of v2.3.0).
 
 What is computed here is the contract between the golden torch runtimes and a training script
 (the torch plugin of Trainer v2.3.0): how many nodes, how many processes per node
@@ -22,6 +24,15 @@ PET_NPROC_PER_NODE = "PET_NPROC_PER_NODE"
 PET_NODE_RANK = "PET_NODE_RANK"
 PET_MASTER_ADDR = "PET_MASTER_ADDR"
 PET_MASTER_PORT = "PET_MASTER_PORT"
+# jax plugin (pkg/runtime/framework/plugins/jax/jax.go)
+JAX_NUM_PROCESSES = "JAX_NUM_PROCESSES"
+JAX_PROCESS_ID = "JAX_PROCESS_ID"
+JAX_COORDINATOR_ADDRESS = "JAX_COORDINATOR_ADDRESS"
+# xgboost plugin (pkg/runtime/framework/plugins/xgboost/xgboost.go; the webhook forbids users to set them)
+DMLC_TRACKER_URI = "DMLC_TRACKER_URI"
+DMLC_TRACKER_PORT = "DMLC_TRACKER_PORT"
+DMLC_TASK_ID = "DMLC_TASK_ID"
+DMLC_NUM_WORKER = "DMLC_NUM_WORKER"
 
 
 def quantity(value: object, where: str = "quantity") -> Decimal:
@@ -85,4 +96,40 @@ def pet_env(trainjob: str, num_nodes: int, node_rank: int, resources: dict | Non
         PET_NODE_RANK: str(node_rank),
         PET_MASTER_ADDR: master_addr or f"{trainjob}-{NODE}-0-0.{trainjob}",
         PET_MASTER_PORT: str(master_port),
+    }
+
+
+def _check_rank(num_nodes: int, node_rank: int) -> None:
+    if num_nodes < 1 or not 0 <= node_rank < num_nodes:
+        raise UserError(f"node rank {node_rank} is outside a TrainJob of {num_nodes} node(s)")
+
+
+def pod0_host(trainjob: str) -> str:
+    """Pod 0 of the trainer's `node` job behind the JobSet's headless Service."""
+    return f"{trainjob}-{NODE}-0-0.{trainjob}"
+
+
+def jax_env(trainjob: str, num_nodes: int, node_rank: int, coordinator_host: str | None = None,
+            port: int = CONTAINER_TRAINER_PORT) -> dict[str, str]:
+    """The JAX_* variables of pod `node_rank`: one process per pod, the coordinator on pod 0.
+    JAX_PROCESS_ID is the Job completion index in a cluster; `coordinator_host` replaces pod 0's name."""
+    _check_rank(num_nodes, node_rank)
+    return {
+        JAX_NUM_PROCESSES: str(num_nodes),
+        JAX_PROCESS_ID: str(node_rank),
+        JAX_COORDINATOR_ADDRESS: f"{coordinator_host or pod0_host(trainjob)}:{port}",
+    }
+
+
+def xgboost_env(trainjob: str, num_nodes: int, node_rank: int, resources: dict | None = None,
+                tracker_host: str | None = None, port: int = CONTAINER_TRAINER_PORT) -> dict[str, str]:
+    """The DMLC_* variables of pod `node_rank`: the tracker on pod 0, one worker per node on CPU and
+    one per GPU otherwise (DMLC_NUM_WORKER = nodes x GPUs; the task id stays the completion index)."""
+    _check_rank(num_nodes, node_rank)
+    per_node = gpus_per_node(resources or {}) or 1
+    return {
+        DMLC_TRACKER_URI: tracker_host or pod0_host(trainjob),
+        DMLC_TRACKER_PORT: str(port),
+        DMLC_TASK_ID: str(node_rank),
+        DMLC_NUM_WORKER: str(num_nodes * per_node),
     }

@@ -17,6 +17,8 @@ import yaml
 
 from .errors import UserError
 
+# What follows `key:` when its value is a block scalar (`|`, `|-`, `>+2`, ...), optionally commented.
+BLOCK_SCALAR = re.compile(r"^\s*[|>][-+0-9]*\s*(#.*)?$")
 KEY_LINE = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z0-9_.-]+|\"[^\"]+\"):(?:\s|$)")
 DIRECTIVE = re.compile(r"^@schema(?P<kind>\S*)(?:\s+(?P<rest>.*))?$")
 # The JSON Schema 2020-12 keywords an annotation may use (core, applicator, validation, annotation).
@@ -153,8 +155,13 @@ def parse(text: str, source: str = "values.yaml") -> Parsed:
         return rest
 
     in_annotation = False  # inside a directive and its indented continuation lines
+    scalar_indent: int | None = None  # inside a block scalar (`key: |`): the key's indent
     for number, line in enumerate(all_lines, 1):
         stripped = line.strip()
+        if scalar_indent is not None:
+            if not stripped or len(line) - len(line.lstrip(" ")) > scalar_indent:
+                continue  # the string's text, not keys or comments of the values
+            scalar_indent = None
         if stripped.startswith("#"):
             body = stripped[1:]
             block.append((number, body))
@@ -184,6 +191,8 @@ def parse(text: str, source: str = "values.yaml") -> Parsed:
         stack.append((indent, match.group("key").strip('"')))
         path = tuple(k for _, k in stack)
         lines[path] = number
+        if BLOCK_SCALAR.match(line[match.end():]):
+            scalar_indent = indent
         if pending is not None:
             descriptions[path] = " ".join(p for p in pending if p)
         pending = None

@@ -35,7 +35,7 @@ from .errors import UsageError, UserError, output_line
 from .petenv import gpus_per_node, nproc_per_node, pet_env, quantity
 
 # The controller's rules (pet_env and its parts) live in petenv; they stay importable from here.
-__all__ = ["check_checkpoint", "failure_lines", "gpus_per_node", "launch", "nproc_per_node", "pet_env", "probe_torch",
+__all__ = ["check_checkpoint", "failure_lines", "gpus_per_node", "launch", "launch_nodes", "nproc_per_node", "pet_env", "probe_torch",
            "quantity", "read_events", "register", "run_smoke", "script_path"]
 
 LOCAL_MASTER_ADDR = "127.0.0.1"
@@ -169,6 +169,12 @@ def _launch_isolated(spec: dict, workdir: Path, unshare: list[str] | None) -> di
         raise UserError(f"the node launcher failed in its network namespace: {said}",
                         "run with --network host to skip the namespace")
     return json.loads(result_path.read_text())
+
+
+def launch_nodes(spec: dict, workdir: Path) -> dict:
+    """`launch` SPEC's nodes in a private network namespace (loopback only) when the kernel allows
+    one, else here; their logs go to each node's stdout and stderr files."""
+    return _launch_isolated(spec, workdir, _unshare_argv())
 
 
 # ---- probing torch, reading results ---------------------------------------------------------------

@@ -3,7 +3,8 @@
 The controllers (deployed version against the lock, ready replicas, the pod holding the leader
 Lease), the ClusterTrainingRuntimes present (trainstack's golden ones marked), and TrainJobs per
 namespace and state with age and progress (`status.trainerStatus`, filled only where the
-TrainJobStatus feature gate is on). Read-only: list calls only, paged, raw JSON (no model
+TrainJobStatus feature gate is on), flagging active TrainJobs whose pods cannot start (a container
+waiting with a reason that never clears by itself, or a pod unschedulable too long). Read-only: list calls only, paged, raw JSON (no model
 objects), so 1,000 TrainJobs take about as long as their bytes take to arrive.
 """
 
@@ -28,6 +29,12 @@ COMPONENTS = {
     "kueue-controller-manager": ("kueue", "kueue-controller"),
 }
 STATES = ("Pending", "Running", "Suspended", "Complete", "Failed")
+# Container waiting reasons that never clear by themselves: the pod cannot start until someone acts
+# (the chart's TrainstackTrainJobPodsCannotStart alert watches the same ones).
+CANNOT_START = ("CreateContainerError", "CreateContainerConfigError", "ErrImagePull", "ImagePullBackOff",
+                "InvalidImageName")
+UNSCHEDULABLE_AFTER_S = 300  # an unschedulable pod this old is flagged (default of --stuck-after)
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
 PAGE = 500
 DETAIL_LIMIT = 50  # TrainJobs listed one by one in text output with --all-namespaces
 
@@ -51,6 +58,8 @@ class TrainJobRow:
     age_s: int
     progress: int | None = None
     remaining_s: int | None = None
+    # why its pods cannot start: "<pod>: <reason>: <message>" ("" = nothing found)
+    blocked: str = ""
 
 
 @dataclass
@@ -125,10 +134,11 @@ class Cluster:
                             "is the cluster running and the kube context right?") from None
         return json.loads(response[0].data)
 
-    def list(self, path: str) -> list[dict[str, Any]] | None:
-        """Every item of a list endpoint, paged; None when the endpoint does not exist."""
+    def list(self, path: str, selector: str = "") -> list[dict[str, Any]] | None:
+        """Every item of a list endpoint (with a label selector), paged; None when the endpoint does not exist."""
         items: list[dict[str, Any]] = []
-        params: dict[str, Any] = {"limit": PAGE}
+        base: dict[str, Any] = {"limit": PAGE, **({"labelSelector": selector} if selector else {})}
+        params = dict(base)
         while True:
             page = self.get(path, params)
             if page is None:
@@ -137,7 +147,7 @@ class Cluster:
             token = (page.get("metadata") or {}).get("continue")
             if not token:
                 return items
-            params = {"limit": PAGE, "continue": token}
+            params = {**base, "continue": token}
 
 
 def _age(timestamp: str | None, now: datetime) -> int:
@@ -177,8 +187,29 @@ def _pinned_tag(lock: lockmod.Lock, image: str) -> str:
         return "-"
 
 
+def why_blocked(pods: list[dict[str, Any]], now: datetime, unschedulable_after: int = UNSCHEDULABLE_AFTER_S) -> str:
+    """Why a TrainJob's pods cannot start: a container waiting with a reason that never clears by itself
+    (CANNOT_START), or a pod unschedulable for UNSCHEDULABLE_AFTER seconds; "" when neither."""
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        st = pod.get("status") or {}
+        for container in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+            waiting = (container.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in CANNOT_START:
+                message = " ".join(str(waiting.get("message") or "").split())[:200]
+                return f"{pod['metadata']['name']}: {waiting['reason']}" + (f": {message}" if message else "")
+        if st.get("phase") == "Pending":
+            for cond in st.get("conditions") or []:
+                since = _age(cond.get("lastTransitionTime"), now)
+                if (cond.get("type") == "PodScheduled" and cond.get("status") == "False"
+                        and cond.get("reason") == "Unschedulable" and since >= unschedulable_after):
+                    message = " ".join(str(cond.get("message") or "").split())[:200]
+                    return f"{pod['metadata']['name']}: Unschedulable for {human_age(since)}: {message}"
+    return ""
+
+
 def collect(cluster: Cluster, namespace: str | None, platform_namespace: str = api.NAMESPACE,
-            lock: lockmod.Lock | None = None, now: datetime | None = None) -> Status:
+            lock: lockmod.Lock | None = None, now: datetime | None = None,
+            unschedulable_after: int = UNSCHEDULABLE_AFTER_S) -> Status:
     """Everything `trainstack status` shows. namespace None: TrainJobs of all namespaces."""
     start = time.monotonic()
     lock = lock or lockmod.load()
@@ -220,6 +251,15 @@ def collect(cluster: Cluster, namespace: str | None, platform_namespace: str = a
             namespace=meta.get("namespace", ""), name=meta["name"], state=trainjob_state(tj),
             runtime=(spec.get("runtimeRef") or {}).get("name", ""), age_s=_age(meta.get("creationTimestamp"), now),
             progress=trainer.get("progressPercentage"), remaining_s=trainer.get("estimatedRemainingSeconds")))
+    active = [t for t in result.trainjobs if t.state in ("Pending", "Running")]
+    if active:  # pods of the JobSets (one per TrainJob, the same name): why an active one cannot start
+        pods_path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+        by_job: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        for pod in cluster.list(pods_path, selector=JOBSET_NAME) or []:
+            meta = pod["metadata"]
+            by_job.setdefault((meta.get("namespace", ""), (meta.get("labels") or {})[JOBSET_NAME]), []).append(pod)
+        for row in active:
+            row.blocked = why_blocked(by_job.get((row.namespace, row.name), []), now, unschedulable_after)
     result.trainjobs.sort(key=lambda t: (t.namespace, STATES.index(t.state), -t.age_s, t.name))
     result.seconds = time.monotonic() - start
     return result
@@ -254,6 +294,10 @@ def print_text(status: Status, all_namespaces: bool) -> None:
     progress.table(f"TrainJobs ({len(status.trainjobs)})", ["namespace", *STATES, "oldest active"],
                    [(s["namespace"], *(s[state] or "" for state in STATES),
                      human_age(s["oldest_active_s"]) if s["oldest_active_s"] else "") for s in status.summary()])
+    blocked = [t for t in status.trainjobs if t.blocked]
+    if blocked:
+        progress.table(f"TrainJobs whose pods cannot start ({len(blocked)})", ["namespace", "trainjob", "why"],
+                       [(t.namespace, t.name, t.blocked) for t in blocked])
     rows = status.trainjobs
     title = "TrainJobs"
     if all_namespaces:
@@ -274,7 +318,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     namespace = None if args.all_namespaces else args.namespace
     if namespace is None and not args.all_namespaces:
         namespace = _current_namespace(args.kubeconfig, cluster.context)
-    status = collect(cluster, namespace, args.platform_namespace)
+    status = collect(cluster, namespace, args.platform_namespace, unschedulable_after=args.stuck_after)
     if args.output == "json":
         print(json.dumps(status.as_json(), indent=2))
     else:
@@ -301,5 +345,8 @@ def register(sub) -> None:
     parser.add_argument("--platform-namespace", default=api.NAMESPACE, help="where the controllers run")
     parser.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
     parser.add_argument("--context", help="kube context (default: the current one)")
+    parser.add_argument("--stuck-after", type=int, default=UNSCHEDULABLE_AFTER_S, metavar="SECONDS",
+                        help="flag a TrainJob whose pod has been unschedulable this long (default 300); pods whose "
+                             "containers cannot start (no command, image pull errors) are flagged at once")
     parser.add_argument("--output", choices=["text", "json"], default="text")
     parser.set_defaults(func=_cmd_status)

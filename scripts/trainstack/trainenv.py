@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import re
+import shutil
 import sys
 import time
 import zipfile
@@ -255,3 +256,39 @@ def ensure(profile: str = "cpu", loaded: lockmod.Lock | None = None) -> list[Row
             version = installed_version(package) or "?"
         rows.append(Row(package, specifier, version, "installed", time.monotonic() - started))
     return rows
+
+
+# ---- a virtual environment of pinned packages ------------------------------------------------------
+
+def venv_dir() -> Path:
+    return paths.cache_dir() / "venvs"
+
+
+def package_venv(name: str, requirements: list[str]) -> Path:
+    """The python of a virtual environment under the trainstack cache holding exactly `requirements`
+    (e.g. a built image's pinned pythonPackages), installed from the wheel cache, downloading into it
+    what it lacks. Kept, and reused while this interpreter and the requirements stay the same."""
+    key = hashlib.sha256("\n".join([sys.version, *sorted(requirements)]).encode()).hexdigest()[:12]
+    root = venv_dir() / f"{name}-{key}"
+    python = root / "bin" / "python"
+    stamp = root / ".trainstack-installed"
+    if stamp.is_file() and python.exists():
+        return python
+    shutil.rmtree(root, ignore_errors=True)
+    root.parent.mkdir(parents=True, exist_ok=True)
+    made = proc.run([sys.executable, "-m", "venv", str(root)], check=False)
+    if made.returncode != 0:
+        raise UserError(f"could not create the virtual environment {root}: {_last_line(made)}")
+
+    def install() -> proc.CompletedProcess:
+        return proc.run([str(python), "-m", "pip", "--disable-pip-version-check", "install", "--quiet",
+                         "--no-index", "--find-links", str(wheel_dir()), "--no-compile", *requirements], check=False)
+
+    with progress.step(f"installing {', '.join(requirements)} into {root}"):
+        if install().returncode != 0:
+            _download(*requirements)
+            result = install()
+            if result.returncode != 0:
+                raise UserError(f"could not install {' '.join(requirements)} into {root}: {_last_line(result)}")
+    stamp.write_text("\n".join(requirements) + "\n")
+    return python

@@ -11,7 +11,7 @@ fails with a unified diff when a render no longer matches.
 
 from __future__ import annotations
 
-import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -46,29 +46,35 @@ def ours(docs: list[dict]) -> list[dict]:
 
 def text_of(env: str, rendered: str) -> str:
     """The golden file's text for ENV from `trainstack render --env ENV`'s output."""
-    docs = [d for d in yaml.safe_load_all(rendered) if isinstance(d, dict) and d]
-    body = "---\n".join(yaml.safe_dump(d, sort_keys=True, default_flow_style=False, width=120) for d in ours(docs))
-    return HEADER.format(env=env) + "---\n" + body
+    return text_of_objects(env, [d for d in yaml.safe_load_all(rendered) if isinstance(d, dict) and d])
 
 
 def path_of(env: str) -> Path:
     return FOLDER / f"{env}.yaml"
 
 
-def render(env: str) -> str:
-    result = subprocess.run([sys.executable, "-m", "trainstack", "render", "--env", env], capture_output=True,
-                            text=True, cwd=ROOT, timeout=900)
-    if result.returncode != 0:
-        raise SystemExit(f"trainstack render --env {env} failed:\n{result.stderr}")
-    return result.stdout
+def text_of_objects(env: str, objects: list[dict]) -> str:
+    """text_of for the objects `trainstack render --env ENV` prints (render.render_objects)."""
+    body = "---\n".join(yaml.safe_dump(d, sort_keys=True, default_flow_style=False, width=120) for d in ours(objects))
+    return HEADER.format(env=env) + "---\n" + body
 
 
 def write() -> None:
+    # The objects `trainstack render --env ENV` prints, rendered in this process: the stream it would
+    # print is never dumped and parsed again (most of a render's time). TRAINSTACK_ROOT (make verify
+    # sets it to its scratch copy) or this file's checkout is the tree rendered.
+    os.environ.setdefault("TRAINSTACK_ROOT", str(ROOT))
+    from trainstack import render
+    from trainstack.errors import UserError
+
     FOLDER.mkdir(exist_ok=True)
     wanted = set()
     for env in environments():
         path = path_of(env)
-        text = text_of(env, render(env))
+        try:
+            text = text_of_objects(env, render.render_objects(env))
+        except UserError as err:
+            raise SystemExit(f"trainstack render --env {env} failed: {err.one_line()}") from None
         wanted.add(path)
         if not path.is_file() or path.read_text() != text:
             path.write_text(text)

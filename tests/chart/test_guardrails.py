@@ -83,3 +83,47 @@ def test_prod_passes_its_own_policies(chart_ready):
     report = json.loads(result.stdout)
     assert result.returncode == 0, [f for f in report["findings"] if f["severity"] == "error"][:5]
     assert report["summary"]["errors"] == 0
+
+
+def test_offline_judges_the_pods_trainer_merges_not_the_patch_alone(chart_ready, tmp_path):
+    """A patch that adds a container by a new name passes every CEL rule (the patch is clean), but the
+    merged pod has a container without the restricted securityContext: validate denies it offline;
+    in the cluster Pod Security restricted on the team namespace refuses the pod (docs/guardrails.md)."""
+    import copy
+
+    import yaml
+
+    base = next(e for e in examples() if e.obj["metadata"]["name"] == "patch-keeps-drop-all").obj
+    obj = copy.deepcopy(base)
+    obj["metadata"]["name"] = "sidecar-patch"
+    pod = obj["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    pod["containers"] = [{"name": "sidecar", "env": [{"name": "MODE", "value": "debug"}]}]
+    verdicts = {}
+    for name, doc in (("allowed", base), ("merged", obj)):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        result = run_cli("validate", str(rendered_file("prod")), str(path), "--policies", "--output", "json")
+        verdicts[name] = [f for f in json.loads(result.stdout)["findings"]
+                          if f["file"] == str(path) and f["severity"] == "error"]
+    assert verdicts["allowed"] == []
+    assert any("spec.runtimePatches merged as Trainer merges them" in f["message"] and
+               "allowPrivilegeEscalation: false" in f["message"] for f in verdicts["merged"]), verdicts["merged"]
+
+
+def test_placement_params_follow_the_pools_teams_and_priority_classes(chart_ready):
+    import yaml
+
+    docs = [d for d in yaml.safe_load_all(rendered_file("prod").read_text()) if d]
+    params = by_kind(docs, "ConfigMap")["trainstack-policy-params"]["data"]
+    runtime = by_kind(docs, "ClusterTrainingRuntime")["torch-distributed-gpu"]  # the GPU pool, as the GPU runtimes select it
+    pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert params["gpuPoolLabels"].split(",") == sorted(pod["nodeSelector"])
+    # the pool's taints: what the runtime tolerates, less the lost-node tolerations every pod has (nodeLostSeconds)
+    assert params["gpuPoolTaints"].split(",") == sorted(t["key"] for t in pod["tolerations"]
+                                                        if not t["key"].startswith("node.kubernetes.io/"))
+    assert params["team.team-a.gpus"] == "true" and params["team.team-b.gpus"] == "false"  # quota with and without GPUs
+    assert "node-role.kubernetes.io/control-plane" in params["controlPlaneLabels"].split(",")
+    assert params["priorityClasses"] == "" and params["imageEnvVars"] == "CACHE_IMAGE"
+    listed = by_kind(docs_of(helm_template("--set", "policies.params.priorityClasses={batch-low}",
+                                           "--set", "runtimes.defaults.priorityClassName=training").stdout), "ConfigMap")
+    assert listed["trainstack-policy-params"]["data"]["priorityClasses"] == "batch-low,training"

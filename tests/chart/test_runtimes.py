@@ -84,8 +84,10 @@ def test_cpu_runtimes_request_no_gpu_and_match_limits_to_requests(default_runtim
             assert not any("gpu" in key for key in {**resources.get("limits", {}), **resources.get("requests", {})})
             assert resources["limits"]["cpu"] == resources["requests"]["cpu"], name
             assert {"name": "OMP_NUM_THREADS", "value": "1"} in container["env"], name
-        for _, pod in pods(runtime):
-            assert "tolerations" not in pod and "nodeSelector" not in pod, name
+        for _, pod in pods(runtime):  # no GPU taint tolerated, no pool chosen: only the lost-node tolerations
+            assert {t["key"] for t in pod.get("tolerations", [])} <= {"node.kubernetes.io/not-ready",
+                                                                      "node.kubernetes.io/unreachable"}, name
+            assert "nodeSelector" not in pod, name
 
 
 def test_gpu_values_reach_every_gpu_runtime(chart_ready):
@@ -141,12 +143,47 @@ def test_output_volume_existing_claim_and_per_job(chart_ready):
     assert "volumes" not in dict(pods(per_job))["node"]
 
 
-def test_gang_scheduling_and_pull_secrets(chart_ready):
-    found = runtimes("--set", "runtimes.defaults.gang.enabled=true", "--set", "global.imagePullSecrets[0].name=regcred")
-    for runtime in found.values():
-        assert runtime["spec"]["podGroupPolicy"] == {"coscheduling": {"scheduleTimeoutSeconds": 60}}
-        for _, pod in pods(runtime):
-            assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+PODGROUP_APIS = {"native": "scheduling.k8s.io/v1alpha2/PodGroup", "coscheduling": "scheduling.x-k8s.io/v1alpha1/PodGroup",
+                 "volcano": "scheduling.volcano.sh/v1beta1/PodGroup"}
+
+
+def test_gang_scheduling_choice_sets_the_runtimes_pod_group_policy_and_pull_secrets(chart_ready):
+    """coscheduling and volcano give every golden runtime their podGroupPolicy; native and none give none
+    (the Job controller makes native PodGroups; Trainer's coscheduling would need another scheduler)."""
+    expected = {"coscheduling": {"coscheduling": {"scheduleTimeoutSeconds": 90}}, "volcano": {"volcano": {}},
+                "native": None, "none": None}
+    for gang, policy in expected.items():
+        api = ("--api-versions", PODGROUP_APIS[gang]) if gang in PODGROUP_APIS else ()
+        found = runtimes("--set", f"scheduling.gang={gang}", "--set", "scheduling.scheduleTimeoutSeconds=90",
+                         "--set", "global.imagePullSecrets[0].name=regcred", *api)
+        for name, runtime in found.items():
+            assert runtime["spec"].get("podGroupPolicy") == policy, (gang, name)
+            for _, pod in pods(runtime):
+                assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+
+
+@pytest.mark.parametrize("gang", sorted(PODGROUP_APIS))
+def test_chart_refuses_a_gang_choice_whose_podgroup_api_the_cluster_does_not_serve(chart_ready, gang):
+    """Without the PodGroup API (a cluster without the gates or the scheduler) the render fails with one
+    line naming the value and the missing API; with the API passed (as a live cluster reports it) it renders."""
+    refused = helm_template("--set", f"scheduling.gang={gang}", check=False)
+    assert refused.returncode != 0
+    errors = [ln for ln in refused.stderr.splitlines() if ln.startswith("Error:")]
+    assert len(errors) == 1, refused.stderr
+    assert f"scheduling.gang={gang}: the cluster does not serve {PODGROUP_APIS[gang]}" in errors[0], errors[0]
+    assert helm_template("--set", f"scheduling.gang={gang}", "--api-versions", PODGROUP_APIS[gang]).returncode == 0
+
+
+def test_native_gang_is_refused_on_kubernetes_other_than_1_36(chart_ready):
+    """1.37 replaced the Job controller's inference with an opt-in field: native here means 1.36 only."""
+    refused = helm_template("--set", "scheduling.gang=native", "--api-versions", PODGROUP_APIS["native"],
+                            "--kube-version", "v1.37.0", check=False)
+    assert refused.returncode != 0 and "scheduling.gang=native" in refused.stderr and "1.37.0" in refused.stderr
+
+
+def test_an_unknown_gang_choice_is_refused_by_the_schema(chart_ready):
+    bad = helm_template("--set", "scheduling.gang=kai", check=False)
+    assert bad.returncode != 0 and "/scheduling/gang" in bad.stderr
 
 
 def test_restricted_security_on_every_pod_and_container(default_runtimes):
@@ -241,3 +278,55 @@ def test_an_unknown_image_reference_fails_the_render_naming_file_container_and_k
     assert image.returncode != 0
     assert 'container node uses image key "@torch", which is not under images in values' in image.stderr, image.stderr
     assert "%!s(<nil>)" not in env.stdout + image.stdout
+
+
+def test_cpu_jobs_spread_their_node_pods_over_nodes_and_gpu_jobs_do_not(default_runtimes):
+    """A CPU job's `node` pods prefer one node each (its own pods only: matchLabelKeys on the JobSet's name),
+    and still run when there are fewer nodes; GPU pods are placed by their GPU request alone."""
+    for name, runtime in default_runtimes.items():
+        for job, pod in pods(runtime):
+            spread = pod.get("topologySpreadConstraints")
+            is_node = any(c["name"] == "node" for c in pod["containers"])
+            if accelerator(runtime) == "cpu" and is_node:
+                assert spread == [{
+                    "labelSelector": {"matchExpressions": [{"key": "jobset.sigs.k8s.io/replicatedjob-name",
+                                                            "operator": "Exists"}]},
+                    "matchLabelKeys": ["jobset.sigs.k8s.io/jobset-name"], "maxSkew": 1,
+                    "nodeTaintsPolicy": "Honor", "topologyKey": "kubernetes.io/hostname",
+                    "whenUnsatisfiable": "ScheduleAnyway"}], (name, job)
+            else:
+                assert spread is None, (name, job, spread)
+
+
+def test_required_spread_and_spread_off(chart_ready):
+    found = runtimes("--set", "runtimes.torch.spread=required", "--set", "runtimes.jax.spread=none")
+    (torch_spread,) = dict(pods(found["torch-distributed"]))["node"]["topologySpreadConstraints"]
+    assert torch_spread["whenUnsatisfiable"] == "DoNotSchedule"
+    assert "topologySpreadConstraints" not in dict(pods(found["jax-distributed"]))["node"]
+    bad = helm_template("--set", "runtimes.cpu.spread=always", check=False)
+    assert bad.returncode != 0 and "spread" in bad.stderr
+
+
+def test_every_pod_is_evicted_soon_after_its_node_is_lost(default_runtimes, chart_ready):
+    """Each pod tolerates a NotReady or unreachable node for `nodeLostSeconds` (30), not Kubernetes' 300 s;
+    null leaves the cluster's default."""
+    lost = {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+    for name, runtime in default_runtimes.items():
+        for job, pod in pods(runtime):
+            found = {t["key"]: t for t in pod.get("tolerations") or [] if t["key"] in lost}
+            assert set(found) == lost, (name, job)
+            assert all(t == {"key": t["key"], "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+                       for t in found.values()), (name, job, found)
+    plain = runtimes("--set", "runtimes.defaults.nodeLostSeconds=null")["torch-distributed"]
+    assert not [t for t in dict(pods(plain))["node"].get("tolerations") or [] if t["key"] in lost]
+
+
+def test_the_controllers_leave_a_lost_node_as_fast_as_the_training_pods(chart_ready):
+    """The Trainer and JobSet webhooks admit every TrainJob and training pod: on a lost node their pods are
+    evicted after 30 s too, not Kubernetes' 300 s (the node-loss e2e: tests/e2e/test_node_loss.py)."""
+    docs = docs_of_kind(helm_template().stdout, "Deployment")
+    lost = [{"key": f"node.kubernetes.io/{t}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30}
+            for t in ("not-ready", "unreachable")]
+    for name in ("kubeflow-trainer-controller-manager", "jobset-controller"):
+        pod = next(d for d in docs if d["metadata"]["name"] == name)["spec"]["template"]["spec"]
+        assert pod.get("tolerations") == lost, (name, pod.get("tolerations"))

@@ -230,3 +230,55 @@ def test_kueue_is_an_optional_pinned_dependency_with_its_trainjob_integration(ch
     assert manager["spec"]["template"]["spec"]["containers"][0]["image"] == f"{image.registry}/{image.repository}:{image.tag}"
     config = by_kind(docs, "ConfigMap")["kueue-manager-config"]["data"]["controller_manager_config.yaml"]
     assert "trainer.kubeflow.org/trainjob" in yaml.safe_load(config)["integrations"]["frameworks"]
+
+
+def _kueue_config(docs):
+    return yaml.safe_load(by_kind(docs, "ConfigMap")["kueue-manager-config"]["data"]["controller_manager_config.yaml"])
+
+
+@pytest.mark.slow
+def test_installed_kueue_admits_all_or_nothing_and_is_otherwise_upstreams(chart_ready, lock):
+    """Kueue's controller configuration is one YAML string in the Kueue chart's values; trainstack's is
+    upstream's default at the pinned version plus waitForPodsReady with blockAdmission, so a Kueue bump
+    that changes upstream's default fails here until values.yaml follows it."""
+    import tarfile
+
+    ours = yaml.safe_load(yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())
+                          ["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
+    with tarfile.open(chart_ready / "charts" / f"kueue-{lock.chart('kueue').version}.tgz") as archive:
+        upstream = yaml.safe_load(yaml.safe_load(archive.extractfile("kueue/values.yaml").read())
+                                  ["managerConfig"]["controllerManagerConfigYaml"])
+    assert "waitForPodsReady" not in upstream  # upstream's default leaves blockAdmission off
+    assert {k: v for k, v in ours.items() if k != "waitForPodsReady"} == upstream
+    deployed = _kueue_config(docs_of(helm_template("--set", "kueue.install=true").stdout))
+    assert deployed["waitForPodsReady"] == {
+        "timeout": "10m", "blockAdmission": True,
+        "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": 5, "backoffBaseSeconds": 60,
+                              "backoffMaxSeconds": 3600}}
+    assert "trainer.kubeflow.org/trainjob" in deployed["integrations"]["frameworks"]
+    assert deployed["internalCertManagement"]["enable"] is True  # the Kueue chart's own addition, kept
+
+
+NATIVE = ("--set", "scheduling.gang=native", "--api-versions", "scheduling.k8s.io/v1alpha2/PodGroup",
+          "--set", "teams.kueue.enabled=true", "--set", "kueue.install=true")
+
+
+@pytest.mark.slow
+def test_a_gang_choice_with_kueue_needs_blocking_admission(chart_ready, tmp_path):
+    """scheduling.gang with teams.kueue and the installed Kueue: its configuration must block admission
+    until pods are Ready; a configuration without it is refused with one line."""
+    assert _kueue_config(docs_of(helm_template(*NATIVE, "-f", str(EXAMPLE)).stdout))["waitForPodsReady"]["blockAdmission"]
+    values = yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())
+    config = yaml.safe_load(values["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
+    config["waitForPodsReady"]["blockAdmission"] = False
+    override = tmp_path / "kueue-no-block.yaml"
+    override.write_text(yaml.safe_dump({"kueue": {"managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config)}}}))
+    refused = helm_template(*NATIVE, "-f", str(EXAMPLE), "-f", str(override), check=False)
+    errors = [ln for ln in refused.stderr.splitlines() if ln.startswith("Error:")]
+    assert refused.returncode != 0 and len(errors) == 1, refused.stderr
+    assert ("scheduling.gang=native with teams.kueue: kueue.managerConfig.controllerManagerConfigYaml must set "
+            "waitForPodsReady.blockAdmission: true") in errors[0]
+    # gangs off, or Kueue not installed by the chart: its configuration is the user's
+    assert helm_template("-f", str(EXAMPLE), "-f", str(override), "--set", "kueue.install=true").returncode == 0
+    assert helm_template(*NATIVE[:4], "--set", "teams.kueue.enabled=true", "-f", str(EXAMPLE),
+                         "-f", str(override)).returncode == 0

@@ -4,7 +4,7 @@ module that starts a cluster of its own are there too, and importable from here 
 
 from __future__ import annotations
 
-from clusters import fresh_run_dir, installed, restore, run_first_steps, scratch
+from clusters import ONE_REAL_NODE, fresh_run_dir, installed, restore, run_first_steps, scratch
 from conftest import need_binaries
 
-__all__ = ["fresh_run_dir", "installed", "need_binaries", "restore", "run_first_steps", "scratch"]
+__all__ = ["ONE_REAL_NODE", "fresh_run_dir", "installed", "need_binaries", "restore", "run_first_steps", "scratch"]

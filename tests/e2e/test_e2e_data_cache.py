@@ -31,11 +31,11 @@ def test_data_cache_runs_lws_and_the_cache_runtime(tmp_path):
     install = steps["helm install"]["detail"]
     assert "--set dataCache.enabled=true" in install, install
     assert "lws-controller-manager (lws-controller, pid" in install, install
-    assert "3 Deployments Available" in steps["controllers and webhooks ready"]["detail"]
+    assert len(steps["controllers and webhooks ready"]["data"]["deployments"]) == 3
     # a LeaderWorkerSet went through LWS's webhooks and its controller made the leader StatefulSet
     lws = steps["data cache: LeaderWorkerSet reconciled"]
     assert lws["result"] == "pass" and "StatefulSet cache-probe" in lws["detail"], lws
     # the cache runtime's TrainJob (dataset-initializer Job, then the node Job) completed
-    assert "torch-with-cache" in steps["smoke TrainJobs Complete"]["detail"]
+    assert "torch-with-cache" in {j["job"] for j in steps["smoke TrainJobs Complete"]["data"]["jobs"]}
     assert steps["helm uninstall keeps CRDs and TrainJobs"]["result"] == "pass"
     assert processes_mentioning("/e2e/run-") == []

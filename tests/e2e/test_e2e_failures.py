@@ -13,10 +13,12 @@ from conftest import run_cli
 from trainstack import paths
 from trainstack.cluster.local import pid_alive
 from trainstack.e2e import artifacts
+from trainstack.e2e import base as basemod
+from trainstack.e2e import smokejobs as smokemod
 from trainstack.e2e import suite as suitemod
 from trainstack.e2e.providers.local import LocalProvider
 
-from .conftest import need_binaries
+from .conftest import ONE_REAL_NODE, need_binaries
 
 pytestmark = pytest.mark.e2e
 
@@ -24,24 +26,24 @@ pytestmark = pytest.mark.e2e
 def test_failing_pods_end_the_trainjob_failed_and_the_suite_reports_it(platform, tmp_path):
     # the session's shared platform (tests/clusters.py); the suite's smoke namespace is this test's alone
     suite = platform
-    suite.kube.kubectl("create", "namespace", suitemod.SMOKE_NS, check=False)
+    suite.kube.kubectl("create", "namespace", basemod.SMOKE_NS, check=False)
     runtime = suite.failing_runtime()
     suite.kube.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(runtime))
-    job = suitemod.SmokeJob("meant-to-complete", runtime, num_nodes=2)
-    suite.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job.manifest(suitemod.SMOKE_NS)))
+    job = smokemod.SmokeJob("meant-to-complete", runtime, num_nodes=2)
+    suite.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job.manifest(basemod.SMOKE_NS)))
 
     start = time.monotonic()
-    with pytest.raises(suitemod.SuiteFailure) as failure:
+    with pytest.raises(basemod.SuiteFailure) as failure:
         suite.wait_trainjobs({"meant-to-complete": "Complete"}, timeout=120)
     assert time.monotonic() - start < 120
     assert "TrainJob trainstack-e2e/meant-to-complete ended Failed, expected Complete" in failure.value.message
 
-    trainjob = suite.kube.kubectl_json("get", "trainjob", "meant-to-complete", "-n", suitemod.SMOKE_NS)
-    assert suitemod.terminal_state(trainjob)[0] == "Failed"
-    jobset = suite.kube.kubectl_json("get", "jobset", "meant-to-complete", "-n", suitemod.SMOKE_NS)
+    trainjob = suite.kube.kubectl_json("get", "trainjob", "meant-to-complete", "-n", basemod.SMOKE_NS)
+    assert basemod.terminal_state(trainjob)[0] == "Failed"
+    jobset = suite.kube.kubectl_json("get", "jobset", "meant-to-complete", "-n", basemod.SMOKE_NS)
     assert any(c["type"] == "Failed" and c["status"] == "True" for c in jobset["status"]["conditions"])
     pods = suite.kube.kubectl_json(
-        "get", "pods", "-n", suitemod.SMOKE_NS, "-l", "jobset.sigs.k8s.io/jobset-name=meant-to-complete"
+        "get", "pods", "-n", basemod.SMOKE_NS, "-l", "jobset.sigs.k8s.io/jobset-name=meant-to-complete"
     )["items"]
     assert pods and any(p["status"]["phase"] == "Failed" for p in pods)
 
@@ -60,11 +62,11 @@ def test_a_controller_that_cannot_start_stops_the_suite_with_its_log():
     run_dir = paths.cache_dir() / "e2e" / "pytest-broken-controller"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
-    provider = LocalProvider(run_dir, controller_args={"trainer-controller-manager": ["--no-such-flag"]})
+    provider = LocalProvider(run_dir, real_nodes=ONE_REAL_NODE, controller_args={"trainer-controller-manager": ["--no-such-flag"]})
     suite = suitemod.Suite(provider, "dev", run_dir)
     start = time.monotonic()
     try:
-        with pytest.raises(suitemod.SuiteFailure) as failure:
+        with pytest.raises(basemod.SuiteFailure) as failure:
             suite.run()
         pids = provider.pids()
     finally:

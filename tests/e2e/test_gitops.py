@@ -19,12 +19,12 @@ import pytest
 
 from trainstack import lock as lockmod
 from trainstack import paths, tools
+from trainstack.e2e import base as basemod
 from trainstack.e2e import gitops as gitopsmod
-from trainstack.e2e import suite as suitemod
 from trainstack.e2e.providers.local import LocalProvider
 from trainstack.errors import UserError
 
-from .conftest import need_binaries
+from .conftest import ONE_REAL_NODE, need_binaries
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,7 +40,7 @@ def gitops() -> Iterator[gitopsmod.GitOpsSuite]:
     run_dir = paths.cache_dir() / "e2e" / f"pytest-gitops-{os.getpid()}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
-    provider = LocalProvider(run_dir, nodes="real")
+    provider = LocalProvider(run_dir, nodes="real", real_nodes=ONE_REAL_NODE)
     suite = gitopsmod.GitOpsSuite(provider, "dev", run_dir)
     try:
         try:
@@ -54,7 +54,7 @@ def gitops() -> Iterator[gitopsmod.GitOpsSuite]:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def passed(suite: gitopsmod.GitOpsSuite, prefix: str) -> suitemod.Step:
+def passed(suite: gitopsmod.GitOpsSuite, prefix: str) -> basemod.Step:
     step = next((s for s in suite.steps if s.name.startswith(prefix)), None)
     assert step is not None, f"no step {prefix!r}"
     assert step.result == "pass", f"{step.name}: {step.result}: {step.detail or getattr(suite, 'failure', '')}"
@@ -140,11 +140,11 @@ def test_published_chart_with_values_from_git_syncs(gitops):
 @e2e
 def test_deleting_the_application_keeps_crds_and_trainjobs(gitops):
     passed(gitops, "deleting the Application keeps CRDs and TrainJobs")
-    names = {t["metadata"]["name"] for t in gitops.kube.kubectl_json("get", "trainjobs", "-n", suitemod.SMOKE_NS)["items"]}
+    names = {t["metadata"]["name"] for t in gitops.kube.kubectl_json("get", "trainjobs", "-n", basemod.SMOKE_NS)["items"]}
     assert {"gitops-ok", "gitops-fails"} <= names
     crds = {c["metadata"]["name"] for c in gitops.kube.kubectl_json("get", "crds")["items"]}
     assert set(gitopsmod.TRAINER_CRDS) <= crds
-    assert not gitops.kube.kubectl_json("get", "deployments", "-n", suitemod.NAMESPACE)["items"]
+    assert not gitops.kube.kubectl_json("get", "deployments", "-n", basemod.NAMESPACE)["items"]
 
 
 # -- without a cluster: how Argo CD is built and what `--gitops` refuses ----------------------------

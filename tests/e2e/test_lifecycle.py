@@ -23,9 +23,10 @@ import pytest
 import yaml
 
 from trainstack import backup, paths, release, tools
+from trainstack import render as rendermod
 from trainstack.cluster.local import BINARIES, LocalCluster
+from trainstack.e2e import clusterstate, upgrade
 from trainstack.e2e import suite as suitemod
-from trainstack.e2e import upgrade
 from trainstack.e2e.faults import Faults
 from trainstack.e2e.providers.local import LocalProvider
 
@@ -90,7 +91,7 @@ def check_upgrade(life: Lifecycle, binary: str) -> None:
     assert test.figures[f"{binary}_upgrade_seconds"] > 0
     assert test.figures[f"{binary}_webhook_gap_seconds"] < 30  # measured; a longer outage fails
     assert "CRDs applied server-side" in steps[f"{binary}: CRDs server-side, then upgrade to the working tree"].detail
-    jobs = {t["metadata"]["name"]: upgrade.terminal(t)[0]
+    jobs = {t["metadata"]["name"]: clusterstate.terminal(t)[0]
             for t in test.kube.kubectl_json("get", "trainjobs", "-n", upgrade.JOBS_NS)["items"]}
     assert {f"done-{binary}-0", f"done-{binary}-1", f"running-{binary}-0", f"running-{binary}-1",
             f"after-rollback-{binary}-0"} <= set(jobs)
@@ -130,7 +131,7 @@ def test_backup_restores_into_a_fresh_cluster(lifecycle, tmp_path):
     saved = [d for f in sorted(out.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
     for doc in saved:
         assert "status" not in doc and not {"uid", "resourceVersion", "managedFields"} & set(doc["metadata"])
-    crds = upgrade.rendered_crds(paths.chart_dir(), test.values(ROOT), lock=test.lock)
+    crds = rendermod.rendered_crds(paths.chart_dir(), test.values(ROOT), lock=test.lock)
     lifecycle.down()  # one cluster at a time: the fresh one starts after the lifecycle cluster is gone
 
     fresh = LocalCluster(name=f"pytest-restore-{os.getpid()}", lock=test.lock)

@@ -23,4 +23,5 @@ def test_node_daemon_restarted_with_training_pods_running(real_platform, compone
     print(f"\n{row.fault}: jobs running {row.running}, jobs lost {row.lost}, "
           f"{row.recover_seconds:.1f}s to Complete; {row.detail}")
     assert row.running == 1 and row.lost == 0, row
-    assert "container restarts 0" in row.detail, row.detail
+    assert row.data["same_pods"] and row.data["container_restarts"] == 0, row.data
+

@@ -30,15 +30,16 @@ import yaml
 
 from trainstack import helm, migrate, paths, tools
 from trainstack.cluster.local import BINARIES
+from trainstack.e2e import base as basemod
+from trainstack.e2e import clusterstate, upgrade
 from trainstack.e2e import suite as suitemod
-from trainstack.e2e import upgrade
 from trainstack.e2e.providers.local import SIMULATED_TAINT, LocalProvider
 
 from .conftest import fresh_run_dir, need_binaries
 
 pytestmark = pytest.mark.e2e
 ROOT = paths.repo_root()
-NS = suitemod.NAMESPACE
+NS = basemod.NAMESPACE
 RELEASE = "kubeflow-trainer"
 JOBS = upgrade.JOBS_NS
 UPSTREAM_RUNTIMES = ("torch-distributed", "torch-distributed-with-cache")
@@ -236,7 +237,7 @@ def test_migration_keeps_crds_and_trainjobs_and_hands_over(live):
     out, err = live.run_dir / "migrate.out", live.run_dir / "migrate.err"
     start = time.monotonic()
     # TrainJob creates (server-side dry run, on upstream's runtime) in a loop across the handover
-    probe = upgrade.WebhookProbe(live.kube, live.test.trainjob("webhook-probe", "torch-distributed"))
+    probe = clusterstate.WebhookProbe(live.kube, live.test.trainjob("webhook-probe", "torch-distributed"))
     with out.open("w") as so, err.open("w") as se, probe:
         proc = subprocess.Popen([sys.executable, "-m", "trainstack", "migrate", "from-upstream", "--release", RELEASE,
                                  "--kubeconfig", str(live.kubeconfig), "--output", "json"],
@@ -271,7 +272,7 @@ def test_migration_keeps_crds_and_trainjobs_and_hands_over(live):
     assert set(trainjobs_before) <= set(now)
     for name in live.done:
         assert now[name]["metadata"]["uid"] == trainjobs_before[name]["metadata"]["uid"]
-        assert upgrade.terminal(now[name]) == upgrade.terminal(trainjobs_before[name]) != ("", "")
+        assert clusterstate.terminal(now[name]) == clusterstate.terminal(trainjobs_before[name]) != ("", "")
     # The trainstack release owns what it took over; upstream's release is gone.
     releases = {r["name"]: r for r in json.loads(live.helm("list", "-A", "-o", "json").stdout)}
     assert RELEASE not in releases and releases["trainstack"]["status"] == "deployed", releases
@@ -288,7 +289,7 @@ def test_migration_keeps_crds_and_trainjobs_and_hands_over(live):
         assert (kind, name) in manifest, target
     # Upstream's installed runtimes: adopted in place or removed, removed only after the golden ones existed.
     golden = {r["metadata"]["name"] for r in live.kube.kubectl_json(
-        "get", "clustertrainingruntimes", "-l", "=".join(upgrade.PART_OF))["items"]}
+        "get", "clustertrainingruntimes", "-l", "=".join(basemod.PART_OF))["items"]}
     assert "torch-distributed" in golden
     assert "clustertrainingruntimes//torch-distributed-with-cache" not in after
     installed = next(i for i, ln in enumerate(log) if ln.startswith("install: golden runtimes present"))
@@ -312,5 +313,5 @@ def test_held_trainjob_completes_and_the_platform_works_after(live):
     job = live.kube.kubectl_json("get", "trainjob", names[0], "-n", JOBS)
     runtime = job["spec"]["runtimeRef"]["name"]
     labels = live.kube.kubectl_json("get", "clustertrainingruntime", runtime)["metadata"]["labels"]
-    assert labels.get(upgrade.PART_OF[0]) == upgrade.PART_OF[1]
+    assert labels.get(basemod.PART_OF[0]) == basemod.PART_OF[1]
     print(json.dumps(live.figures))

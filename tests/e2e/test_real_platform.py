@@ -24,6 +24,7 @@ import yaml
 
 from pipeline_support import score, step_fails, tp, train_locally
 from trainstack import monitoring, tools
+from trainstack.e2e import base as basemod
 from trainstack.e2e import suite as suitemod
 
 pytestmark = pytest.mark.e2e
@@ -194,7 +195,7 @@ def _scrape_in_cluster(platform: suitemod.Suite, url: str, token: str) -> tuple[
 def test_the_controllers_metrics_services_serve_every_name_the_alerts_and_dashboard_use(cluster, real_platform):
     """Runs after the pipeline tests: their TrainJobs called the Trainer and JobSet webhooks, so the
     webhook latency histograms exist; a metric a rule names that is not served would never fire."""
-    ns = suitemod.NAMESPACE
+    ns = basemod.NAMESPACE
     kube = {"kubeconfig": cluster["kubeconfig"], "kubectl": cluster["kubectl"]}
     secret = json.loads(_kubectl(kube, "get", "secret", "trainstack-metrics-scraper-token", "-n", ns, "-o",
                                  "json").stdout)

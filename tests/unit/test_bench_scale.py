@@ -41,3 +41,19 @@ def test_raw_jobs_keep_the_jobset_pod_template_and_count():
     assert [j["metadata"]["name"] for j in jobs] == ["w00001-node-0", "w00001-node-1"]
     assert jobs[0]["spec"]["template"]["metadata"]["labels"] == {"app": "x", scale.SCALE_LABEL: "w00001"}
     assert sum(j["spec"]["parallelism"] for j in jobs) == scale.expected_pods(jobset)
+
+
+def test_partially_placed_jobs_count_binds_spread_over_more_than_a_second():
+    """A gang's pods bind together (spread under SPREAD_S: never partial); a job whose pods bind seconds
+    apart is partial in between; one that never gets all its pods is partial to the end."""
+    from trainstack.benchmarks.scale_gang import partial_placement
+    from trainstack.benchmarks.scale_watch import Tracker
+
+    tracker = Tracker(["gang", "slow", "stuck", "other"])
+    recs = tracker.records
+    recs["gang"].expected, recs["gang"].pod_bound = 3, {"a": 10.0, "b": 10.01, "c": 10.02}
+    recs["slow"].expected, recs["slow"].pod_bound = 2, {"a": 11.0, "b": 15.0}
+    recs["stuck"].expected, recs["stuck"].pod_bound = 4, {"a": 12.0}
+    recs["other"].expected, recs["other"].pod_bound = 2, {"a": 16.0, "b": 19.0}
+    found = partial_placement(tracker, end=20.0)
+    assert found == {"max_partially_placed": 2, "jobs_ever_partially_placed": 3, "longest_partial_s": 8.0}

@@ -9,7 +9,7 @@ import yaml
 
 from conftest import ROOT, assert_one_line_error, run_cli
 from trainstack.cluster.local import FAIL_LABEL, GPU_RESOURCE, NodePool, default_pools
-from trainstack.e2e import suite as suitemod
+from trainstack.e2e import smokejobs as smokemod
 from trainstack.e2e.hostcontrollers import HostController
 from trainstack.e2e.providers.local import pools_for
 
@@ -127,7 +127,7 @@ def test_default_pools_have_the_usual_gpu_taint():
 
 
 def test_smoke_job_names_env_and_manifest():
-    job = suitemod.SmokeJob(suitemod.job_name("torch-distributed-gpu"), GPU_RUNTIME)
+    job = smokemod.SmokeJob(smokemod.job_name("torch-distributed-gpu"), GPU_RUNTIME)
     assert job.name == "torch-gpu"
     manifest = job.manifest("ns")
     assert manifest["spec"]["runtimeRef"] == {
@@ -136,17 +136,17 @@ def test_smoke_job_names_env_and_manifest():
         "apiGroup": "trainer.kubeflow.org",
     }
     assert manifest["spec"]["trainer"]["numNodes"] == 2
-    env = suitemod.expected_env(job)
+    env = smokemod.expected_env(job)
     assert env["PET_NNODES"] == "2" and env["PET_MASTER_ADDR"] == "torch-gpu-node-0-0.torch-gpu"
     assert env["PET_MASTER_PORT"] == "29500"
-    xgb = suitemod.SmokeJob("xgboost", CPU_RUNTIME)
-    assert set(suitemod.expected_env(xgb)) == {
+    xgb = smokemod.SmokeJob("xgboost", CPU_RUNTIME)
+    assert set(smokemod.expected_env(xgb)) == {
         "DMLC_TRACKER_URI",
         "DMLC_TRACKER_PORT",
         "DMLC_TASK_ID",
         "DMLC_NUM_WORKER",
     }
-    assert suitemod.is_gpu(GPU_RUNTIME) and not suitemod.is_gpu(CPU_RUNTIME)
+    assert smokemod.is_gpu(GPU_RUNTIME) and not smokemod.is_gpu(CPU_RUNTIME)
 
 
 @pytest.mark.parametrize(
@@ -223,6 +223,9 @@ def test_the_test_workflow_runs_make_test_and_the_chart_tier_alone():
     assert not any("make setup" in line or "make test" in line for line in runs["chart"])
     makefile = (ROOT / "Makefile").read_text()
     assert "\nvalidate: setup-chart " in makefile and "\nrender: setup-chart " in makefile
+    # every generated file is checked by one mechanism, in CI's chart job and in make lint (so make test)
+    assert "make verify" in runs["chart"]
+    assert "\t$(TS) lint\n\t$(TS) verify\n" in makefile
 
 
 def test_lws_host_config_has_no_leader_election_it_cannot_place(tmp_path):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from conftest import ROOT
 
 RULES = {"trainjobRuntime", "imageTag", "imageRegistry", "jobSize", "gpuRuntime", "requiredLabels", "restrictedSecurity",
-         "webhookValidation", "teamAccess"}
+         "webhookValidation", "teamAccess", "placement", "imageEnv"}
 
 
 def test_every_policy_file_is_a_rule_in_values():

@@ -113,6 +113,20 @@ def test_annotation_away_from_its_key_and_a_null_without_type_are_refused():
         schemagen.generate(ignored)
 
 
+def test_a_block_scalar_is_one_string_value_whatever_its_text_looks_like():
+    """A `key: |` string (Kueue's configuration) is the key's value: its lines that look like keys or
+    comments are text, and the keys after it are read at their own places."""
+    from trainstack import schemanotes
+
+    text = ("a:\n  # -- The config.\n  config: |-\n    kind: X\n    # not a note\n\n    nested:\n      b: 1\n"
+            "  # -- After it.\n  after: 2\nc: >\n  folded\nd: 3\n")
+    parsed = schemanotes.parse(text)
+    assert set(parsed.lines) == {("a",), ("a", "config"), ("a", "after"), ("c",), ("d",)}
+    assert parsed.descriptions[("a", "config")] == "The config."
+    assert parsed.descriptions[("a", "after")] == "After it."
+    assert schemagen.generate(text)["properties"]["a"]["properties"]["config"]["type"] == "string"
+
+
 def test_bad_annotation_through_the_cli_is_one_line(tmp_path):
     text = VALUES.replace(NUM_NODES, NUM_NODES.replace("{minimum: 1}", "{minimun: 1}"), 1)
     _chart_copy(tmp_path, text)
@@ -147,5 +161,5 @@ def test_every_runtime_key_takes_every_runtime_setting():
     runtimes = schema["properties"]["runtimes"]["properties"]
     assert keys and {key for key in keys if runtimes[key].get("$ref") != "#/$defs/runtime"} == set()
     settings = set(schema["$defs"]["runtimeSettings"]["properties"])
-    assert {"numNodes", "gang", "output", "resources", "gpusPerNode", "shm"} <= settings
+    assert {"numNodes", "output", "resources", "gpusPerNode", "shm"} <= settings
     assert settings | {"name", "aliases", "image"} == set(schema["$defs"]["runtime"]["properties"])

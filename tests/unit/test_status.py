@@ -59,3 +59,68 @@ def test_no_kube_context_is_one_line(tmp_path):
 def test_namespace_and_all_namespaces_exclude_each_other():
     result = run_cli("status", "-n", "a", "-A")
     assert result.returncode == 2 and "not allowed with" in result.stderr and "Traceback" not in result.stderr
+
+
+def pod(name, phase="Pending", waiting=None, unschedulable_since=None, init=False):
+    statuses = [{"name": "node", "state": {"waiting": waiting} if waiting else {"running": {}}}]
+    conditions = ([{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient cpu.",
+                    "lastTransitionTime": unschedulable_since}] if unschedulable_since else [])
+    key = "initContainerStatuses" if init else "containerStatuses"
+    return {"metadata": {"name": name, "namespace": "team-a", "labels": {status.JOBSET_NAME: name.rsplit("-", 4)[0]}},
+            "status": {"phase": phase, key: statuses, "conditions": conditions}}
+
+
+def test_pods_that_cannot_start_are_named_with_their_reason():
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    nocmd = pod("nocmd-node-0-0-abcde", waiting={"reason": "CreateContainerError",
+                                                 "message": "failed to generate container spec: no command specified"})
+    assert status.why_blocked([nocmd], now) == ("nocmd-node-0-0-abcde: CreateContainerError: "
+                                                "failed to generate container spec: no command specified")
+    pull = pod("x-node-0-0-abcde", waiting={"reason": "ImagePullBackOff"}, init=True)
+    assert status.why_blocked([pull], now) == "x-node-0-0-abcde: ImagePullBackOff"
+    # a pull still in progress, a container starting, a pod just created: nothing to flag
+    assert status.why_blocked([pod("a-node-0-0-abcde", waiting={"reason": "ContainerCreating"})], now) == ""
+    assert status.why_blocked([pod("a-node-0-0-abcde", phase="Running")], now) == ""
+    # unschedulable: flagged once it has been so for the threshold
+    fresh = pod("big-node-0-0-abcde", unschedulable_since="2026-12-01T11:58:00Z")
+    old = pod("big-node-0-0-abcde", unschedulable_since="2026-12-01T11:50:00Z")
+    assert status.why_blocked([fresh], now) == ""
+    assert status.why_blocked([old], now) == ("big-node-0-0-abcde: Unschedulable for 10m: "
+                                              "0/3 nodes are available: 3 Insufficient cpu.")
+    assert status.why_blocked([fresh], now, unschedulable_after=60) != ""
+
+
+class FakeCluster:
+    """The list calls `collect` makes, answered from fixed objects (the API server's JSON)."""
+
+    context = "test"
+
+    def __init__(self, trainjobs, pods):
+        self.trainjobs, self.pods, self.selectors = trainjobs, pods, []
+
+    def list(self, path, selector=""):
+        self.selectors.append((path, selector))
+        if path.endswith("/trainjobs"):
+            return self.trainjobs
+        if path.endswith("/pods"):
+            return [p for p in self.pods if not selector or selector in p["metadata"]["labels"]]
+        return []
+
+
+def test_status_flags_only_active_trainjobs_whose_pods_cannot_start(lock):
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    created = {"creationTimestamp": "2026-12-01T11:00:00Z", "namespace": "team-a"}
+    jobs = [{"metadata": {"name": "nocmd", **created}, **tj()},
+            {"metadata": {"name": "fine", **created}, **tj(jobs=[{"active": 1}])},
+            {"metadata": {"name": "done", **created}, **tj([("Complete", "True")])}]
+    pods = [pod("nocmd-node-0-0-abcde", waiting={"reason": "CreateContainerError", "message": "no command specified"}),
+            pod("fine-node-0-0-abcde", phase="Running"),
+            pod("done-node-0-0-abcde", waiting={"reason": "ErrImagePull"})]  # a finished job is not flagged
+    cluster = FakeCluster(jobs, pods)
+    result = status.collect(cluster, "team-a", lock=lock, now=now)
+    blocked = {t.name: t.blocked for t in result.trainjobs}
+    assert blocked == {"nocmd": "nocmd-node-0-0-abcde: CreateContainerError: no command specified", "fine": "",
+                       "done": ""}
+    assert ("/api/v1/namespaces/team-a/pods", status.JOBSET_NAME) in cluster.selectors
+    assert result.as_json()["trainjobs"]["items"][0]["blocked"].startswith("nocmd-node-0-0-abcde")

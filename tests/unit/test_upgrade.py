@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from trainstack import release
-from trainstack.e2e import upgrade
+from trainstack import render as rendermod
+from trainstack.e2e import clusterstate, oldrelease, upgrade
 from trainstack.errors import UserError
 
 from .test_release import commit_all, git, repo  # noqa: F401  (the temporary repository fixture)
@@ -21,19 +22,19 @@ from .test_release import commit_all, git, repo  # noqa: F401  (the temporary re
 def test_export_release_and_refs_without_touching_the_checkout(repo: Path, tmp_path: Path) -> None:  # noqa: F811
     first = release.load(repo / "releases.yaml")[0].commit
     (repo / "charts/trainstack/values.yaml").write_text("replicas: 5\n")  # uncommitted, must not leak in
-    commit, label = upgrade.export_ref(repo, "0.1.0", tmp_path / "old")
+    commit, label = oldrelease.export_ref(repo, "0.1.0", tmp_path / "old")
     assert commit == first and label == "release 0.1.0"
     assert (tmp_path / "old/charts/trainstack/values.yaml").read_text() == "replicas: 1\n"
     assert not (tmp_path / "old/releases.yaml").exists()  # the tree as it was at that commit
     assert (repo / "charts/trainstack/values.yaml").read_text() == "replicas: 5\n"
     assert git(repo, "status", "--porcelain") == "M charts/trainstack/values.yaml"
-    commit, label = upgrade.export_ref(repo, "main", tmp_path / "head")
+    commit, label = oldrelease.export_ref(repo, "main", tmp_path / "head")
     assert label.startswith("ref main") and (tmp_path / "head/releases.yaml").is_file()
 
 
 def test_unknown_ref_is_a_usage_error(repo: Path, tmp_path: Path) -> None:  # noqa: F811
     with pytest.raises(UserError, match="unknown git ref 'v9.9.9'") as err:
-        upgrade.export_ref(repo, "v9.9.9", tmp_path / "old")
+        oldrelease.export_ref(repo, "v9.9.9", tmp_path / "old")
     assert err.value.exit_code == 2 and not (tmp_path / "old").exists()
 
 
@@ -41,7 +42,7 @@ def test_ref_without_a_chart_is_refused(repo: Path, tmp_path: Path) -> None:  # 
     git(repo, "rm", "-q", "-r", "charts")
     commit_all(repo, "no chart")
     with pytest.raises(UserError, match="not a trainstack release"):
-        upgrade.export_ref(repo, "HEAD", tmp_path / "old")
+        oldrelease.export_ref(repo, "HEAD", tmp_path / "old")
 
 
 def _crd(name: str) -> dict:
@@ -61,55 +62,55 @@ def test_crd_documents_include_the_dependencies_crds_folders(tmp_path: Path) -> 
             info = tarfile.TarInfo(member)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
-    names = [d["metadata"]["name"] for d in upgrade.crd_documents(chart)]
+    names = [d["metadata"]["name"] for d in rendermod.crd_documents(chart)]
     assert names == ["trainjobs.trainer.kubeflow.org", "jobsets.jobset.x-k8s.io"]
 
 
-def snap(trainjobs: dict, jobsets: set = frozenset(), runtimes: set = frozenset()) -> upgrade.Snapshot:
-    return upgrade.Snapshot(trainjobs, set(jobsets), set(runtimes), {})
+def snap(trainjobs: dict, jobsets: set = frozenset(), runtimes: set = frozenset()) -> clusterstate.Snapshot:
+    return clusterstate.Snapshot(trainjobs, set(jobsets), set(runtimes), {})
 
 
 def test_losses() -> None:
     before = snap({"ns/a": ("Complete", "t1"), "ns/b": ("", ""), "ns/c": ("Failed", "t2")}, {"ns/a", "ns/b"},
                   {"ClusterTrainingRuntime//torch-distributed"})
-    assert upgrade.losses(before, before) == []
+    assert clusterstate.losses(before, before) == []
     running_done = snap({"ns/a": ("Complete", "t1"), "ns/b": ("Complete", "t3"), "ns/c": ("Failed", "t2")},
                         {"ns/a", "ns/b"}, {"ClusterTrainingRuntime//torch-distributed"})
-    assert upgrade.losses(before, running_done) == []  # a running job finishing is not a loss
+    assert clusterstate.losses(before, running_done) == []  # a running job finishing is not a loss
     after = snap({"ns/a": ("", ""), "ns/b": ("", "")}, {"ns/b"}, set())
-    problems = upgrade.losses(before, after)
+    problems = clusterstate.losses(before, after)
     assert problems == ["TrainJobs lost: ns/c", "finished TrainJobs changed status: ns/a (Complete -> not finished)",
                         "JobSets lost: ns/a", "runtimes lost: ClusterTrainingRuntime//torch-distributed"]
-    assert upgrade.losses(before, snap(before.trainjobs, before.jobsets, set()),
+    assert clusterstate.losses(before, snap(before.trainjobs, before.jobsets, set()),
                           expect_gone={"ClusterTrainingRuntime//torch-distributed"}) == []
 
 
 def test_longest_gap() -> None:
-    assert upgrade.longest_gap([]) == 0
-    assert upgrade.longest_gap([(0, True), (1, True)]) == 0
+    assert clusterstate.longest_gap([]) == 0
+    assert clusterstate.longest_gap([(0, True), (1, True)]) == 0
     samples = [(0.0, True), (1.0, False), (1.5, False), (2.0, True), (3.0, False), (6.0, True)]
-    assert upgrade.longest_gap(samples) == 3.0
-    assert upgrade.longest_gap([(0.0, True), (1.0, False), (4.5, False)]) == 3.5  # still rejecting at the end
+    assert clusterstate.longest_gap(samples) == 3.0
+    assert clusterstate.longest_gap([(0.0, True), (1.0, False), (4.5, False)]) == 3.5  # still rejecting at the end
 
 
 def test_conflicts_from_helm_output() -> None:
     out = ("Release \"trainstack\" has been upgraded.\n"
            "Error: UPGRADE FAILED: conflict occurred while applying object kubeflow-system/jobset-webhook-server-cert "
            "/v1, Kind=Secret: Apply failed with 4 conflicts: conflicts with \"jobset\" using v1:\n")
-    assert len(upgrade.conflicts(out)) == 1 and "jobset-webhook-server-cert" in upgrade.conflicts(out)[0]
-    assert upgrade.conflicts("Release upgraded\n") == []
+    assert len(clusterstate.conflicts(out)) == 1 and "jobset-webhook-server-cert" in clusterstate.conflicts(out)[0]
+    assert clusterstate.conflicts("Release upgraded\n") == []
 
 
 def test_terminal_state() -> None:
     job = {"status": {"conditions": [{"type": "Suspended", "status": "False"},
                                      {"type": "Complete", "status": "True", "lastTransitionTime": "t"}]}}
-    assert upgrade.terminal(job) == ("Complete", "t")
-    assert upgrade.terminal({"status": {}}) == ("", "")
+    assert clusterstate.terminal(job) == ("Complete", "t")
+    assert clusterstate.terminal({"status": {}}) == ("", "")
 
 
 def test_git_archive_is_what_export_uses(repo: Path, tmp_path: Path) -> None:  # noqa: F811
     """The exported tree equals git's own listing of the commit (no untracked or ignored files)."""
-    commit, _ = upgrade.export_ref(repo, "HEAD", tmp_path / "t")
+    commit, _ = oldrelease.export_ref(repo, "HEAD", tmp_path / "t")
     listed = set(subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "--name-only", commit], capture_output=True,
                                 text=True, check=True).stdout.split())
     exported = {str(p.relative_to(tmp_path / "t")) for p in (tmp_path / "t").rglob("*") if p.is_file()}

@@ -40,17 +40,20 @@ trainstack.runtime.metadata
 
 {{- /*
 trainstack.runtime.policies
-  takes: (dict "rt" <runtime> "cfg" <config> "gpu" <bool>)
+  takes: (dict "rt" <runtime> "cfg" <config> "gpu" <bool> "scheduling" <.Values.scheduling>)
   gives: rt.spec.mlPolicy.numNodes (and MPI's processes per node on GPUs), the gang-scheduling
-         podGroupPolicy, and the Kueue queue label on the JobSet template.
+         podGroupPolicy (coscheduling or volcano; native and none need none), and the Kueue queue
+         label on the JobSet template.
 */ -}}
 {{- define "trainstack.runtime.policies" -}}
 {{- $cfg := .cfg -}}
 {{- $ml := .rt.spec.mlPolicy -}}
 {{- $_ := set $ml "numNodes" (int $cfg.numNodes) -}}
 {{- if and .gpu (hasKey $ml "mpi") }}{{ $_ := set $ml.mpi "numProcPerNode" (int $cfg.gpusPerNode) }}{{ end -}}
-{{- if $cfg.gang.enabled -}}
-{{- $_ := set .rt.spec "podGroupPolicy" (dict "coscheduling" (dict "scheduleTimeoutSeconds" (int $cfg.gang.scheduleTimeoutSeconds))) -}}
+{{- if eq .scheduling.gang "coscheduling" -}}
+{{- $_ := set .rt.spec "podGroupPolicy" (dict "coscheduling" (dict "scheduleTimeoutSeconds" (int .scheduling.scheduleTimeoutSeconds))) -}}
+{{- else if eq .scheduling.gang "volcano" -}}
+{{- $_ := set .rt.spec "podGroupPolicy" (dict "volcano" dict) -}}
 {{- end -}}
 {{- if $cfg.queueName -}}
 {{- $_ := set .rt.spec.template "metadata" (dict "labels" (dict "kueue.x-k8s.io/queue-name" $cfg.queueName)) -}}
@@ -90,7 +93,8 @@ trainstack.runtime.pod
   takes: (dict "root" $ "pod" <pod spec of one replicated job> "cfg" <config> "gpu" <bool>)
   gives: the pod's securityContext (values under the skeleton's), pull secrets, priority class,
          placement (nodeSelector, tolerations, affinity), the GPU runtimeClassName, and, in pods
-         with a `node` container, /dev/shm (GPUs) and the output volume.
+         with a `node` container, the spread over nodes (`spread`), /dev/shm (GPUs) and the output volume;
+         every pod tolerates a lost node for `nodeLostSeconds`.
 */ -}}
 {{- define "trainstack.runtime.pod" -}}
 {{- $cfg := .cfg -}}
@@ -102,10 +106,27 @@ trainstack.runtime.pod
 {{- if $cfg.nodeSelector }}{{ $_ := set $pod "nodeSelector" $cfg.nodeSelector }}{{ end -}}
 {{- if $cfg.tolerations }}{{ $_ := set $pod "tolerations" $cfg.tolerations }}{{ end -}}
 {{- if $cfg.affinity }}{{ $_ := set $pod "affinity" $cfg.affinity }}{{ end -}}
+{{- if not (kindIs "invalid" $cfg.nodeLostSeconds) -}}
+{{- /* evicted this long after its node goes NotReady or unreachable (Kubernetes' default: 300 s) */ -}}
+{{- $lost := list -}}
+{{- range $key := list "node.kubernetes.io/not-ready" "node.kubernetes.io/unreachable" -}}
+{{- $lost = append $lost (dict "key" $key "operator" "Exists" "effect" "NoExecute" "tolerationSeconds" (int64 $cfg.nodeLostSeconds)) -}}
+{{- end -}}
+{{- $_ := set $pod "tolerations" (concat ($pod.tolerations | default list) $lost) -}}
+{{- end -}}
 {{- if and .gpu $cfg.runtimeClassName }}{{ $_ := set $pod "runtimeClassName" $cfg.runtimeClassName }}{{ end -}}
 {{- $volumes := $pod.volumes | default list -}}
 {{- $nodePod := false -}}
 {{- range $c := $pod.containers }}{{ if eq $c.name "node" }}{{ $nodePod = true }}{{ end }}{{ end -}}
+{{- if and $nodePod (ne ($cfg.spread | default "none") "none") -}}
+{{- /* a job's own pods (any JobSet pod, matchLabelKeys: of this JobSet) one per node where nodes allow; the
+       API server refuses a key in both the selector and matchLabelKeys */ -}}
+{{- $spread := dict "maxSkew" 1 "topologyKey" "kubernetes.io/hostname" "nodeTaintsPolicy" "Honor"
+      "whenUnsatisfiable" (ternary "DoNotSchedule" "ScheduleAnyway" (eq $cfg.spread "required"))
+      "labelSelector" (dict "matchExpressions" (list (dict "key" "jobset.sigs.k8s.io/replicatedjob-name" "operator" "Exists")))
+      "matchLabelKeys" (list "jobset.sigs.k8s.io/jobset-name") -}}
+{{- $_ := set $pod "topologySpreadConstraints" (append ($pod.topologySpreadConstraints | default list) $spread) -}}
+{{- end -}}
 {{- if and $nodePod .gpu $cfg.shm.enabled -}}
 {{- $volumes = append $volumes (dict "name" "dshm" "emptyDir" (dict "medium" "Memory" "sizeLimit" $cfg.shm.sizeLimit)) -}}
 {{- end -}}

@@ -94,6 +94,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--quick", action="store_true", help="100 workloads on 10 GPU nodes")
     scale.add_argument("--seed", type=int, help="seed of the workload mix (default 15)")
     scale.add_argument("--growth", action="store_true", help="also run 100 and 300 workloads first (10, 30 nodes)")
+    scale.add_argument("--gpu-scheduling", action="store_true",
+                       help="the TrainJob path with the native gang scheduler off and on, side by side "
+                            "(scale.json's gpu_scheduling; docs/scheduling.md)")
     scale.add_argument("--tuned", metavar="ENV|FILE",
                        help="run again with the controller QPS/burst/concurrency of overlays/ENV (or a values file)")
     fuzz = parser.add_argument_group("fuzz (validate's property tests, randomized, many examples)")

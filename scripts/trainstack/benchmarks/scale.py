@@ -26,20 +26,23 @@ paths: a pod is Running as soon as it is bound and a Job's pod Succeeds as soon 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .. import lock as lockmod
-from .. import paths
+from .. import paths, progress
 from .. import render as rendermod
 from ..e2e import suite as suitemod
 from ..e2e.providers.local import LocalProvider
 from ..errors import UserError
+from .scale_gang import compare
 from .scale_report import plot, table
 from .scale_run import GOAL_RATIO, THREADS, Bench
 from .scale_workloads import PATHS, SEED
@@ -131,6 +134,26 @@ def growth_row(result: dict[str, Any]) -> dict[str, Any]:
             "jobset_cpu_ms_per_trainjob": result["jobset_cpu_ms_per_trainjob"]}
 
 
+def with_gang_comparison(args: argparse.Namespace, jobs: int, nodes: int, seed: int, env: str) -> dict[str, Any]:
+    """`--gpu-scheduling`: the TrainJob path with gang scheduling off and on (scale_gang), recorded under
+    `gpu_scheduling` beside the last full run's figures, which stay as they were."""
+    folder = Path(getattr(args, "results_dir", None) or paths.repo_root() / "bench" / "results")
+    previous = folder / "scale.json"
+    kept = json.loads(previous.read_text()) if previous.is_file() else {}
+    for key in ("part", "date", "machine", "wall_seconds"):  # run_part writes this run's
+        kept.pop(key, None)
+    load_before = [round(x, 2) for x in os.getloadavg()]
+    comparison = compare(jobs, nodes, seed, env)
+    comparison["date"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    comparison["load_average"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()],
+                                  "cpus": os.cpu_count()}
+    comparison["kwok_stages"] = KWOK_STAGES
+    off, on = comparison["off"], comparison["on"]
+    progress.info(f"gangs off: {off['trainjob_per_s']}/s, at most {off['max_partially_placed']} partially placed; "
+                  f"on: {on['trainjob_per_s']}/s, at most {on['max_partially_placed']}")
+    return {**kept, "gpu_scheduling": comparison}
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """The `scale` bench part."""
     quick = getattr(args, "quick", False)
@@ -142,6 +165,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     seed = getattr(args, "seed", None) or SEED
     env = getattr(args, "env", None) or "dev"
     sizes = tuple(s for s in GROWTH if s[0] < jobs) if getattr(args, "growth", False) else ()
+    if getattr(args, "gpu_scheduling", False):
+        return with_gang_comparison(args, jobs, nodes, seed, env)
     started = time.monotonic()
     load_before = [round(x, 2) for x in os.getloadavg()]
     result = run_once(jobs, nodes, seed, env, None, sizes)

@@ -14,6 +14,7 @@ import yaml
 
 from .. import api, kubeapi, progress
 from ..cluster.local import GPU_RESOURCE
+from ..e2e import smokejobs as smokemod
 from ..e2e import suite as suitemod
 from ..errors import UserError
 from .scale_meter import Meter, log_errors, percentiles
@@ -142,9 +143,9 @@ class Bench:
         tracker = Tracker(names)
         bodies: list[tuple[str, list[tuple[str, dict]]]] = []
         if path == "trainjob":
-            runtimes = {r["metadata"]["name"]: r for r in suitemod.golden_runtimes(self.suite.rendered)}
+            runtimes = {r["metadata"]["name"]: r for r in smokemod.golden_runtimes(self.suite.rendered)}
             for w in work:
-                body = suitemod.SmokeJob(w.name, runtimes[w.runtime], num_nodes=w.num_nodes,
+                body = smokemod.SmokeJob(w.name, runtimes[w.runtime], num_nodes=w.num_nodes,
                                          labels={**self.suite.job_labels, SCALE_LABEL: w.name}).manifest(namespace)
                 bodies.append((w.name, [(f"/apis/{api.TRAINER_API}/namespaces/{namespace}/trainjobs", body)]))
         elif path == "jobset":
@@ -258,7 +259,7 @@ class Bench:
 
     def run_size(self, jobs: int, nodes: int, seed: int, tag: str = "", last: bool = True) -> dict[str, Any]:
         pools = self.scale_nodes(nodes)
-        available = [r["metadata"]["name"] for r in suitemod.golden_runtimes(self.suite.rendered)]
+        available = [r["metadata"]["name"] for r in smokemod.golden_runtimes(self.suite.rendered)]
         work = workloads(jobs, available, seed)
         captured: dict[str, dict[str, Any]] = {}
         paths_out: dict[str, Any] = {}

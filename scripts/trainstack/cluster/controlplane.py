@@ -17,8 +17,11 @@ from .kwok import stage_documents
 
 # Binaries the control plane needs, all pinned in the lock and built by `trainstack tools install`.
 BINARIES = ("kwokctl", "kwok", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
-# Names pods use for the API server (the `kubernetes` Service's first address included).
-REAL_NODE_SANS = ("10.96.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+# Components that get the lock's kubernetes.featureGates (the API server also its runtimeConfig).
+GATED_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+# Names pods use for the API server (the `kubernetes` Service's first address included), and the
+# address further real nodes' kubelets and kube-proxies reach it on (the cluster's link).
+REAL_NODE_SANS = (nodemod.NODE_IP, "10.96.0.1", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
                   "kubernetes.default.svc.cluster.local")
 # Components in the order kwokctl starts them; with a port base they get base+0.. in this order.
 PORT_NAMES = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
@@ -70,6 +73,10 @@ def kwokctl_config(lock: lockmod.Lock, binaries: dict[str, Path], workdir: Path,
             ]},
             {"name": "kube-controller-manager", "extraArgs": [
                 {"key": "service-cluster-ip-range", "value": nodemod.SERVICE_CIDR},
+                # Kubernetes' own node monitoring (kwokctl sets 3m20s and 25s, for thousands of fake nodes):
+                # a real node that stops answering is NotReady after 50 s, as on a cluster users run
+                {"key": "node-monitor-grace-period", "value": "50s", "override": True},
+                {"key": "node-monitor-period", "value": "5s", "override": True},
             ]},
             # KWOK plays the kubelet only for its fake nodes, never for the real one.
             {"name": "kwok-controller", "extraArgs": [
@@ -77,4 +84,23 @@ def kwokctl_config(lock: lockmod.Lock, binaries: dict[str, Path], workdir: Path,
                 {"key": "manage-nodes-with-annotation-selector", "value": "kwok.x-k8s.io/node=fake"},
             ]},
         ]
+    config["componentsPatches"] = with_feature_gates(config.get("componentsPatches", []), lock)
     return [config, *stage_documents(lock, host_namespaces)]
+
+
+def switches(flags: dict[str, bool]) -> str:
+    """`a=true,b=false`: a --feature-gates or --runtime-config value."""
+    return ",".join(f"{name}={str(on).lower()}" for name, on in flags.items())
+
+
+def with_feature_gates(patches: list[dict[str, Any]], lock: lockmod.Lock) -> list[dict[str, Any]]:
+    """PATCHES plus the lock's feature gates on the API server, controller manager and scheduler and its
+    --runtime-config on the API server (every cluster, real node or not): the native gang scheduler."""
+    gates, apis = lock.kubernetes_feature_gates, lock.kubernetes_runtime_config
+    extra: dict[str, list[dict[str, Any]]] = {
+        name: [{"key": "feature-gates", "value": switches(gates)}] if gates else [] for name in GATED_COMPONENTS}
+    if apis:
+        extra["kube-apiserver"].append({"key": "runtime-config", "value": switches(apis)})
+    extra = {name: args for name, args in extra.items() if args}
+    out = [dict(p, extraArgs=[*p.get("extraArgs", []), *extra.pop(p["name"], [])]) for p in patches]
+    return out + [{"name": name, "extraArgs": args} for name, args in extra.items()]

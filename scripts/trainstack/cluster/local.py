@@ -8,8 +8,8 @@ taints, selectors), then KWOK plays the kubelet with upstream's stages: pods bec
 owned by a Job succeed, and pods labelled `pod-container-running-failed.stage.kwok.x-k8s.io=true`
 fail. Containers never run. Pods of Deployments in `host_namespaces` are left Pending for the
 caller, who runs those controllers as local processes and marks their pods Ready when they really
-are. With `real_node`, a sandbox (`sandbox.py`) holds the whole cluster and one real node
-(`node.py`) runs its pods.
+are. With `real_node`, a sandbox (`sandbox.py`) holds the whole cluster and `real_nodes` real nodes
+(`node.py`) run its pods: real-0 in the cluster's namespaces, the others each in their own, linked.
 
 The names other modules import from here (the pools, the port and pid helpers, the constants)
 live in `kwok`, `common` and `controlplane`, and stay importable from this module.
@@ -73,11 +73,14 @@ class LocalCluster:
         lock: lockmod.Lock | None = None,
         real_node: bool = False,
         image_names: list[str] | None = None,
+        real_nodes: int = 1,
     ) -> None:
         self.lock = lock or lockmod.load()
         self.real_node = real_node
+        self.real_nodes = real_nodes if real_node else 0  # how many real nodes (real-0, real-1, ...)
         self.sandbox: Any = None
-        self.node: Any = None
+        self.node: Any = None  # real-0
+        self.nodes: list[Any] = []  # every real node, real-0 first
         self.forwarder: proc.Popen | None = None
         self.registry_port = 0
         self.built_images: list[Any] = []
@@ -196,7 +199,7 @@ class LocalCluster:
 
     # -- the real node --------------------------------------------------------------------------
     def _start_sandbox(self) -> None:
-        self.sandbox = sandboxmod.Sandbox(name=self.name.removeprefix("trainstack-"), workdir=self.workdir / "sandbox")
+        self.sandbox = sandboxmod.Sandbox(name=self.name.removeprefix("trainstack-"), workdir=self.workdir / "n0")
         self.sandbox.create()
         self.registry_port = free_port()
         api = self.ports()["kube-apiserver"]
@@ -210,23 +213,43 @@ class LocalCluster:
             raise UserError(f"the port forwarder did not start: {(self.workdir / 'forward.log').read_text()[-300:]}")
 
     def _start_node(self) -> None:
-        self.node = nodemod.RealNode(self.sandbox, self.cluster_dir / "pki", self.ports()["kube-apiserver"],
-                                     paths.cache_dir() / "node", self.lock)
-        self.node.write_config()
+        pki, api, cache = self.cluster_dir / "pki", self.ports()["kube-apiserver"], paths.cache_dir() / "node"
+        stores = cache / "stores"  # containerd roots kept between clusters (cluster/imagestore.py)
+        self.node = nodemod.RealNode(self.sandbox, pki, api, cache, self.lock, store_pool=stores)
+        self.nodes = [self.node]
+        for index in range(1, self.real_nodes):
+            box = sandboxmod.Sandbox(name=f"{self.sandbox.name}-n{index}", workdir=self.workdir / f"n{index}",
+                                     parent=self.sandbox, index=index)
+            box.create()
+            self.nodes.append(nodemod.RealNode(box, pki, api, cache, self.lock, index=index, store_pool=stores))
+        for real in self.nodes:
+            real.sandbox.add_routes(nodemod.pod_routes(real.index, len(self.nodes)))
+            real.write_config()
         self.node.start_registry()
         builder = images.Builder(self.sandbox.enter_net(), self.lock)
         self.built_images = builder.ensure_all(self.image_names)
-        self.node.start()
+        for real in self.nodes:
+            real.start(registry_digest=builder.digest)
         self.apply(nodemod.coredns_objects(images.reference("coredns", self.lock)))
         self.wait_real_node(timeout=90)
 
     def wait_real_node(self, timeout: float) -> None:
-        kubelet = self.node.procs["kubelet"]
-        # an exited kubelet ends the wait at once: the failure names its last words
-        if not self.wait_nodes(lambda nodes: nodemod.NODE_NAME in ready_nodes(nodes), timeout,
-                               stop=lambda: kubelet.poll() is not None):
-            raise UserError(f"the real node did not become Ready: kubelet: {self.node.log_tail('kubelet')}",
-                            f"logs: {self.node.logs_dir}")
+        """Every real node Ready; then each Node's spec.podCIDR records the subnet its pods get (set once)."""
+        names = {real.name: real for real in self.nodes}
+
+        def down() -> bool:  # an exited kubelet ends the wait at once: the failure names its last words
+            return any(real.procs["kubelet"].poll() is not None for real in self.nodes)
+
+        if not self.wait_nodes(lambda nodes: set(names) <= ready_nodes(nodes), timeout, stop=down):
+            ready = ready_nodes({n["metadata"]["name"]: n for n in self.kubectl_json("get", "nodes")["items"]})
+            late = [real for name, real in names.items() if name not in ready] or self.nodes
+            raise UserError("real node " + "; ".join(f"{r.name} did not become Ready: kubelet: {r.log_tail('kubelet')}"
+                                                     for r in late), f"logs: {late[0].logs_dir}")
+        for real in self.nodes:
+            current = self.kubectl_json("get", "node", real.name).get("spec", {}).get("podCIDR")
+            if not current:
+                self.kubectl("patch", "node", real.name, "--type=merge",
+                             "-p", json.dumps({"spec": {"podCIDR": real.pod_subnet, "podCIDRs": [real.pod_subnet]}}))
 
     def wait_nodes(self, done: Any, timeout: float, stop: Any = lambda: False) -> Any:
         """DONE(nodes by name) once it is truthy, watching the Node objects; None at TIMEOUT or when
@@ -320,8 +343,8 @@ class LocalCluster:
         if not self.started and not self.cluster_dir.exists():
             return
         pids = list(self.pids().values())
-        if self.node:
-            self.node.stop()
+        for real in reversed(self.nodes or ([self.node] if self.node else [])):
+            real.stop()
         if self.sandbox:
             # Everything kwokctl started lives in the sandbox: its teardown stops all of it at once.
             pass
@@ -335,8 +358,10 @@ class LocalCluster:
             except proc.CommandError:  # ran past its timeout: what survives is stopped by pid below
                 pass
         self.left_behind: list[str] = []
+        for real in reversed(self.nodes[1:]):  # the further nodes' namespaces first, then the cluster's
+            self.left_behind += real.sandbox.destroy()
         if self.sandbox:
-            self.left_behind = self.sandbox.destroy()
+            self.left_behind += self.sandbox.destroy()
         stop_pids(pids)
         if self.forwarder:
             stop_pids([self.forwarder.pid])

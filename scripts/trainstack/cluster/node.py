@@ -1,11 +1,14 @@
-"""A real node for the local cluster: containerd, kubelet and kube-proxy inside the cluster's sandbox.
+"""Real nodes for the local cluster: containerd, kubelet and kube-proxy, each node in its own sandbox.
 
 All pinned: kubelet and kube-proxy from the control plane's k8s.io/kubernetes version, containerd
 2.x from its module, runc and the CNI plugins from the pinned Debian packages (`prereqs.py`).
-Pods get addresses on a bridge inside the sandbox's network namespace; kube-proxy programs the
-Service rules there (iptables mode). The registry (the cluster's image mirror) runs on the
-namespace's loopback; containerd pulls every image from it over plain HTTP, as a mirrored
-cluster does. PersistentVolumeClaims bind to static hostPath PVs the provider creates
+real-0 lives in the cluster's own namespaces; real-1.. each have a network and mount namespace of
+their own, linked to the cluster's bridge (`sandbox.py`). Each node's pods get addresses on a bridge
+inside its namespace, from its own /24 of 10.244.0.0/16; the provider writes a route per other
+node's subnet into every node's namespace (what kindnet's route controller does on a real cluster),
+so pods reach each other by pod IP with no NAT. kube-proxy on each node programs the Service rules
+there (iptables mode). The registry (the cluster's image mirror) runs in real-0's namespace;
+every containerd pulls from it over plain HTTP, as a mirrored cluster does. PersistentVolumeClaims bind to static hostPath PVs the provider creates
 (`static_volumes`): the PV controller in kube-controller-manager binds them for real, with no
 provisioner binary to build, and their directories live in the run's work dir, so a claim's
 data outlives its pods but not the cluster.
@@ -17,7 +20,9 @@ Settings this host kind needs (see the README): `failCgroupV1: false` and the cg
 from __future__ import annotations
 
 import json
+import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,12 +32,19 @@ import yaml
 from .. import images, proc, tools
 from .. import lock as lockmod
 from ..errors import UserError
+from . import imagestore
 from . import sandbox as sandboxmod
-from .sandbox import NODE_IP, Sandbox
+from .sandbox import NODE_IP, Sandbox, node_ip
 
-NODE_NAME = "real-0"
-POD_SUBNET = "10.244.0.0/24"
-POD_GATEWAY = "10.244.0.1"
+# the unix sockets containerd and the kubelet bind below a node's directory, and Linux's limit on
+# their path (sun_path is 108 bytes with its terminating NUL)
+SOCKETS = ("containerd/containerd.sock.ttrpc", "kubelet/device-plugins/kubelet.sock",
+           "kubelet/pod-resources/kubelet.sock")
+MAX_SOCKET_PATH = 107
+
+NODE_NAME = "real-0"  # the first real node (in the cluster's own namespace)
+# Every real node's pods get a /24 of this range: real-i has 10.244.i.0/24 (its Node's spec.podCIDR).
+CLUSTER_POD_CIDR = "10.244.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"
 KUBERNETES_SERVICE_IP = "10.96.0.1"
 DNS_IP = "10.96.0.10"
@@ -43,6 +55,19 @@ RUNC = "/usr/sbin/runc"
 CNI_BIN = "/usr/lib/cni"
 BINARIES = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr", "registry")
 STORAGE_CLASS = "standard"
+
+
+def node_name(index: int) -> str:
+    return f"real-{index}"
+
+
+def pod_subnet(index: int) -> str:
+    return f"10.244.{index}.0/24"
+
+
+def pod_routes(index: int, count: int) -> dict[str, str]:
+    """Routes the namespace of real node INDEX needs: every other node's pod subnet via that node's address."""
+    return {pod_subnet(j): node_ip(j) for j in range(count) if j != index}
 
 
 def _run(cmd: list[str], cwd: Path | None = None) -> None:
@@ -88,7 +113,8 @@ def registry_config(storage: Path, addr: str) -> dict[str, Any]:
 
 @dataclass
 class RealNode:
-    """containerd + kubelet + kube-proxy (+ the registry) inside `sandbox`."""
+    """containerd + kubelet + kube-proxy inside `sandbox` (real-0, in the cluster's own namespace, also runs
+    the registry); real node `index` has its own namespaces, address and pod subnet."""
 
     sandbox: Sandbox
     pki: Path
@@ -97,6 +123,28 @@ class RealNode:
     lock: lockmod.Lock
     procs: dict[str, proc.Popen] = field(default_factory=dict)
     commands: dict[str, tuple[list[str], Path, dict[str, str]]] = field(default_factory=dict)
+    index: int = 0
+    # where the node's containerd root comes from: a store of this pool kept between clusters
+    # (imagestore), else (None, or every store taken) a root in the run directory
+    store_pool: Path | None = None
+    store: imagestore.Claim | None = None
+
+    @property
+    def name(self) -> str:
+        return node_name(self.index)
+
+    @property
+    def ip(self) -> str:
+        return node_ip(self.index)
+
+    @property
+    def pod_subnet(self) -> str:
+        return pod_subnet(self.index)
+
+    @property
+    def registry(self) -> str:
+        """Where this node's containerd pulls `localhost:5000/...` from: the registry on real-0's namespace."""
+        return MIRROR if self.index == 0 else f"{NODE_IP}:{REGISTRY_PORT}"
 
     @property
     def dir(self) -> Path:
@@ -110,13 +158,31 @@ class RealNode:
     def socket(self) -> Path:
         return self.dir / "containerd" / "containerd.sock"
 
+    @property
+    def containerd_root(self) -> Path:
+        return self.store.root if self.store else self.dir / "containerd" / "root"
+
     def binaries(self) -> dict[str, Path]:
         return {name: tools.require(name, self.lock) for name in BINARIES}
 
     # -- configuration --------------------------------------------------------------------------
+    def check_socket_paths(self) -> None:
+        """One clear line when the node's directory is too deep for the unix sockets under it.
+
+        containerd and the kubelet bind sockets below the node directory; Linux caps a socket's path
+        at 107 characters, past which containerd dies with an error that hides the cause."""
+        longest = max((self.dir / sub for sub in SOCKETS), key=lambda p: len(str(p)))
+        if len(str(longest)) > MAX_SOCKET_PATH:
+            raise UserError(
+                f"node {self.name}: the socket path {longest} is {len(str(longest))} characters, over Linux's "
+                f"{MAX_SOCKET_PATH}", "set TRAINSTACK_CACHE to a shorter directory (the run directories live under it)")
+
     def write_config(self) -> None:
+        self.check_socket_paths()
         b = self.binaries()
         d = self.dir
+        if self.store_pool is not None and self.store is None:
+            self.store = imagestore.claim(self.store_pool)
         for sub in ("containerd/root", "containerd/state", "runc", "cni/net.d", "cni/ipam", "kubelet", "pods",
                     "hosts", "volumes", "resolv"):
             (d / sub).mkdir(parents=True, exist_ok=True)
@@ -129,10 +195,10 @@ class RealNode:
         hosts = d / "hosts" / MIRROR
         hosts.mkdir(parents=True, exist_ok=True)
         (hosts / "hosts.toml").write_text(
-            f'server = "http://{MIRROR}"\n\n[host."http://{MIRROR}"]\n  capabilities = ["pull", "resolve"]\n'
+            f'server = "http://{self.registry}"\n\n[host."http://{self.registry}"]\n  capabilities = ["pull", "resolve"]\n'
         )
         (d / "containerd.toml").write_text(f"""version = 3
-root = "{d}/containerd/root"
+root = "{self.containerd_root}"
 state = "{d}/containerd/state"
 [grpc]
   address = "{self.socket}"
@@ -161,15 +227,17 @@ state = "{d}/containerd/state"
             "plugins": [
                 {"type": "bridge", "bridge": "ts0", "isGateway": True, "ipMasq": False, "hairpinMode": True,
                  "ipam": {"type": "host-local", "dataDir": str(d / "cni/ipam"),
-                          "ranges": [[{"subnet": POD_SUBNET, "gateway": POD_GATEWAY}]],
+                          "ranges": [[{"subnet": self.pod_subnet, "gateway": self.pod_subnet.replace(".0/24", ".1")}]],
                           "routes": [{"dst": "0.0.0.0/0"}]}},
                 {"type": "portmap", "capabilities": {"portMappings": True}},
             ],
         }, indent=2))
         (d / "resolv" / "resolv.conf").write_text("# no upstream DNS: the cluster has no route out\n")
-        server = f"https://127.0.0.1:{self.api_port}"
+        # real-0 shares the API server's namespace; the others reach it on the cluster's link
+        server = f"https://{'127.0.0.1' if self.index == 0 else NODE_IP}:{self.api_port}"
         ca = self.pki / "ca.crt"
-        crt, key = sign_cert(self.pki, "node", f"/O=system:nodes/CN=system:node:{NODE_NAME}", (NODE_IP, "127.0.0.1"))
+        crt, key = sign_cert(self.pki, "node" if self.index == 0 else f"node-{self.index}",
+                             f"/O=system:nodes/CN=system:node:{self.name}", (self.ip, "127.0.0.1"))
         pcrt, pkey = sign_cert(self.pki, "kube-proxy", "/CN=system:kube-proxy")
         (d / "kubelet.kubeconfig").write_text(yaml.safe_dump(kubeconfig(server, ca, crt, key, "node")))
         (d / "kube-proxy.kubeconfig").write_text(yaml.safe_dump(kubeconfig(server, ca, pcrt, pkey, "kube-proxy")))
@@ -179,7 +247,7 @@ state = "{d}/containerd/state"
             "cgroupDriver": "cgroupfs",
             "cgroupRoot": self.sandbox.cgroup,
             "containerRuntimeEndpoint": f"unix://{self.socket}",
-            "address": NODE_IP, "port": 10250, "readOnlyPort": 0,
+            "address": self.ip, "port": 10250, "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1", "healthzPort": 10248,
             "tlsCertFile": str(crt), "tlsPrivateKeyFile": str(key),
             "authentication": {"anonymous": {"enabled": False}, "webhook": {"enabled": True},
@@ -204,8 +272,8 @@ state = "{d}/containerd/state"
             "apiVersion": "kubeproxy.config.k8s.io/v1alpha1", "kind": "KubeProxyConfiguration",
             "mode": "iptables",
             "clientConnection": {"kubeconfig": str(d / "kube-proxy.kubeconfig")},
-            "hostnameOverride": NODE_NAME,
-            "clusterCIDR": POD_SUBNET,
+            "hostnameOverride": self.name,
+            "clusterCIDR": CLUSTER_POD_CIDR,
             "healthzBindAddress": "127.0.0.1:10256", "metricsBindAddress": "127.0.0.1:10249",
             "conntrack": {"maxPerCore": 0, "tcpEstablishedTimeout": "0s", "tcpCloseWaitTimeout": "0s"},
         }, sort_keys=False))
@@ -213,7 +281,8 @@ state = "{d}/containerd/state"
 
     def write_registry_config(self) -> None:
         (self.dir / "registry.yaml").write_text(yaml.safe_dump(
-            registry_config(self.cache / "registry", f"127.0.0.1:{REGISTRY_PORT}")))
+            # every node's containerd pulls from it on the cluster's link (inside the cluster's namespaces)
+            registry_config(self.cache / "registry", f"0.0.0.0:{REGISTRY_PORT}")))
 
     def pause_image(self) -> str:
         return images.reference("pause", self.lock)
@@ -223,25 +292,43 @@ state = "{d}/containerd/state"
         b = self.binaries()
         (self.cache / "registry").mkdir(parents=True, exist_ok=True)
         self.procs["registry"] = self.sandbox.start(
-            "registry", [str(b["registry"]), "serve", str(self.dir / "registry.yaml")], self.logs_dir / "registry.log")
+            "registry", [str(b["registry"]), "serve", str(self.dir / "registry.yaml")], self.logs_dir / "registry.log",
+            # no trace exporter: it would retry localhost:4318 in the cluster's namespace and log each failure
+            env={**os.environ, "OTEL_TRACES_EXPORTER": "none"})
         self._wait_tcp(REGISTRY_PORT, "registry")
 
-    def start(self) -> None:
+    def start(self, registry_digest: Callable[[str], str | None] | None = None) -> None:
+        """containerd, then (on a reused image store, with `registry_digest`) the store's stale tags
+        removed, then kubelet and kube-proxy."""
         b = self.binaries()
         env = {"PATH": f"{self.dir / 'bin'}:{Path(b['containerd']).parent}:/usr/sbin:/usr/bin:/sbin:/bin"}
         self.procs["containerd"] = self._start(
             "containerd", [str(b["containerd"]), "--config", str(self.dir / "containerd.toml")],
             self.logs_dir / "containerd.log", env=env)
         self._wait_socket()
+        if self.store and self.store.reused and registry_digest is not None:
+            self.drop_stale_images(registry_digest)
         self.procs["kubelet"] = self._start("kubelet", [
             str(b["kubelet"]), "--config", str(self.dir / "kubelet.yaml"),
             "--kubeconfig", str(self.dir / "kubelet.kubeconfig"), "--root-dir", str(self.dir / "kubelet"),
-            "--node-ip", NODE_IP, "--hostname-override", NODE_NAME,
+            "--node-ip", self.ip, "--hostname-override", self.name,
             "--node-labels", "trainstack.io/pool=cpu,trainstack.io/node=real", "--v=1",
         ], self.logs_dir / "kubelet.log", env=env)
         self.procs["kube-proxy"] = self._start(
             "kube-proxy", [str(b["kube-proxy"]), "--config", str(self.dir / "kube-proxy.yaml"), "--v=1"],
             self.logs_dir / "kube-proxy.log", env=env)
+
+    def ctr(self, *args: str) -> str:
+        """`ctr` on this node's containerd, in the kubelet's (CRI's) namespace."""
+        return proc.run([str(self.binaries()["ctr"]), "--address", str(self.socket), "--namespace", "k8s.io", *args],
+                        timeout=120, stdin=proc.DEVNULL, what=f"ctr on node {self.name}").stdout
+
+    def drop_stale_images(self, registry_digest: Callable[[str], str | None]) -> list[str]:
+        """Remove the store's images whose tag the registry now serves at another digest (or not at all)."""
+        stale = imagestore.stale_refs(self.ctr("images", "ls"), registry_digest)
+        if stale:
+            self.ctr("images", "rm", *stale)
+        return stale
 
     def _start(self, name: str, cmd: list[str], log: Path, env: dict[str, str]) -> proc.Popen:
         self.commands[name] = (cmd, log, env)
@@ -253,7 +340,7 @@ state = "{d}/containerd/state"
         shims outlive containerd; kubelet re-adopts its pods). Returns the seconds it was away."""
         daemon = self.procs.get(name)
         if daemon is None or name not in self.commands:
-            raise UserError(f"the real node has no running {name}")
+            raise UserError(f"real node {self.name} has no running {name}")
         start = time.monotonic()
         if kill:
             daemon.kill()
@@ -269,6 +356,27 @@ state = "{d}/containerd/state"
         if name == "containerd":
             self._wait_socket()
         return time.monotonic() - start
+
+    def lose(self) -> None:
+        """The machine is lost: its link to the cluster goes down first (nothing it sends gets out, as with a
+        pulled cable or a dead host), then every process of the node is killed at once, containers included.
+        Only a further node can be lost: real-0 shares the control plane's namespace."""
+        if self.sandbox.parent is None:
+            raise UserError(f"{self.name} shares the control plane's namespace: only real-1 and later can be lost")
+        self.sandbox.set_link(up=False)
+        sandboxmod.kill_all(self.sandbox)
+        for daemon in self.procs.values():
+            daemon.wait()
+
+    def rejoin(self) -> None:
+        """The machine is back: its link comes up and its daemons start again as they were first started."""
+        self.sandbox.set_link(up=True)
+        self.socket.unlink(missing_ok=True)  # the dead containerd's socket: kubelet must wait for the new one
+        for name in ("containerd", "kubelet", "kube-proxy"):
+            cmd, log, env = self.commands[name]
+            self.procs[name] = self.sandbox.start(name, cmd, log, env=env)
+            if name == "containerd":
+                self._wait_socket()
 
     def _wait_socket(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -296,9 +404,11 @@ state = "{d}/containerd/state"
         sandboxmod.stop_all(first)
         sandboxmod.stop_all([p for p in self.procs.values() if p not in first])
         self.procs.clear()
+        if self.store:
+            self.store.release()
 
 
-def static_volumes(workdir: Path, count: int = 24, size: str = "100Gi") -> list[dict[str, Any]]:
+def static_volumes(workdir: Path, count: int = 48, size: str = "100Gi") -> list[dict[str, Any]]:
     """A default StorageClass with no provisioner and `count` hostPath PVs for it (one directory each)."""
     objects: list[dict[str, Any]] = [{
         "apiVersion": "storage.k8s.io/v1", "kind": "StorageClass",
@@ -358,6 +468,9 @@ def coredns_objects(image: str) -> list[dict[str, Any]]:
          "spec": {"replicas": 1, "selector": {"matchLabels": labels},
                   "template": {"metadata": {"labels": labels}, "spec": {
                       "serviceAccountName": "coredns", "dnsPolicy": "Default", "priorityClassName": "system-cluster-critical",
+                      # cluster DNS leaves a lost node after 30 s, as the chart's controllers do (not 300 s)
+                      "tolerations": [{"key": f"node.kubernetes.io/{t}", "operator": "Exists", "effect": "NoExecute",
+                                       "tolerationSeconds": 30} for t in ("not-ready", "unreachable")],
                       "securityContext": {"runAsNonRoot": True, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
                       "containers": [{
                           "name": "coredns", "image": image, "imagePullPolicy": "IfNotPresent",

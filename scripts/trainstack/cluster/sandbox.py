@@ -34,9 +34,17 @@ NETNS_DIR = Path("/run/netns")
 # Who owns each sandbox (pid, work dir): a sandbox whose owner is gone is stale.
 OWNERS_DIR = Path("/run/trainstack/sandboxes")
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-# Node address inside the namespace; the default route points at a neighbour that does not exist.
+# The cluster's own link: a bridge in the cluster's namespace holding the control plane's (and real-0's)
+# address; every further real node's namespace hangs on it by a veth pair. The default route of the
+# cluster's namespace points at a neighbour that does not exist: nothing leaves.
 NODE_IP = "10.250.0.1"
 DEAD_END = "10.250.0.2"
+BRIDGE = "tsn0"
+
+
+def node_ip(index: int) -> str:
+    """The address of real node INDEX on the cluster's link (real-0 shares the control plane's)."""
+    return NODE_IP if index == 0 else f"10.250.0.{10 + index}"
 # kubelet writes these at start; the sandbox shows it files that already hold what it wants.
 KUBELET_SYSCTLS = {
     "vm/overcommit_memory": "1",
@@ -93,11 +101,14 @@ def controllers() -> list[Path]:
 
 @dataclass
 class Sandbox:
-    """Namespaces, cgroup root and work dir of one cluster; `name` is unique per run."""
+    """Namespaces, cgroup root and work dir of one cluster (or, with `parent`, of one further real node
+    of that cluster, linked to the parent's bridge); `name` is unique per run."""
 
     name: str
     workdir: Path
     holder_pid: int = 0
+    parent: Sandbox | None = None
+    index: int = 0  # with a parent: the real node's index (its address is node_ip(index))
 
     @property
     def netns(self) -> str:
@@ -125,11 +136,27 @@ class Sandbox:
         self._save()
         ns = ["ip", "-n", self.netns]
         _run([*ns, "link", "set", "lo", "up"])
-        _run([*ns, "link", "add", "n0", "type", "veth", "peer", "name", "n1"])
-        _run([*ns, "addr", "add", f"{NODE_IP}/24", "dev", "n0"])
-        _run([*ns, "link", "set", "n0", "up"])
-        _run([*ns, "link", "set", "n1", "up"])
-        _run([*ns, "route", "add", "default", "via", DEAD_END, "dev", "n0", "onlink"])
+        if self.parent is None:
+            # the bridge keeps a carrier through a veth pair whose far end leads nowhere
+            _run([*ns, "link", "add", BRIDGE, "type", "bridge"])
+            _run([*ns, "link", "add", "n0", "type", "veth", "peer", "name", "n1"])
+            _run([*ns, "link", "set", "n0", "master", BRIDGE])
+            _run([*ns, "addr", "add", f"{NODE_IP}/24", "dev", BRIDGE])
+            for link in (BRIDGE, "n0", "n1"):
+                _run([*ns, "link", "set", link, "up"])
+            _run([*ns, "route", "add", "default", "via", DEAD_END, "dev", BRIDGE, "onlink"])
+        else:
+            # a further node: eth0 here, its peer on the parent's bridge; everything else goes to the parent
+            # namespace, whose own default route is the dead end
+            host_end = f"vn{self.index}"
+            _run(["ip", "-n", self.parent.netns, "link", "add", host_end, "type", "veth", "peer", "name", "eth0",
+                  "netns", self.netns])
+            _run(["ip", "-n", self.parent.netns, "link", "set", host_end, "master", BRIDGE, "up"])
+            _run([*ns, "addr", "add", f"{node_ip(self.index)}/24", "dev", "eth0"])
+            _run([*ns, "link", "set", "eth0", "up"])
+            _run([*ns, "route", "add", "default", "via", NODE_IP, "dev", "eth0"])
+        # pods of other nodes are routed through this namespace (per namespace: the host's value is untouched)
+        _run([*self.enter_net(), "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"])
         self._make_cgroups()
         self._start_holder()
         self._save()
@@ -179,6 +206,25 @@ class Sandbox:
 
     def enter_net(self) -> list[str]:
         return ["nsenter", f"--net={self.netns_path}"]
+
+    def add_routes(self, routes: dict[str, str]) -> None:
+        """Routes in this namespace: destination CIDR -> gateway on the cluster's link (replaced if present)."""
+        for dest, gateway in routes.items():
+            _run(["ip", "-n", self.netns, "route", "replace", dest, "via", gateway])
+
+    def set_link(self, up: bool) -> None:
+        """A further node's link to the cluster's bridge, up or down (its host end, in the parent namespace)."""
+        if self.parent is None:
+            raise UserError(f"sandbox {self.netns} is the cluster's own: it has no link to cut")
+        _run(["ip", "-n", self.parent.netns, "link", "set", f"vn{self.index}", "up" if up else "down"])
+
+    def link_bytes(self) -> dict[str, int]:
+        """Bytes received and sent on this namespace's link to the cluster (eth0 of a further node; the
+        bridge of the cluster's own namespace), read from the kernel's counters."""
+        link = "eth0" if self.parent is not None else BRIDGE
+        shown = json.loads(_run(["ip", "-n", self.netns, "-s", "-j", "link", "show", "dev", link]).stdout)
+        stats = shown[0]["stats64"]
+        return {"rx": int(stats["rx"]["bytes"]), "tx": int(stats["tx"]["bytes"])}
 
     def wait_listening(self, port: int, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
         """True once something accepts connections on 127.0.0.1:PORT inside the namespace; False when
@@ -274,6 +320,21 @@ class Sandbox:
                             break
                         time.sleep(0.1)
         return left
+
+
+def kill_all(box: Sandbox, timeout: float = 15) -> None:
+    """SIGKILL every process inside BOX but its holder (the namespaces stay, as a powered-off machine's disk
+    does); returns once they are gone."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pids = [p for p in box.processes() if p != box.holder_pid]
+        if not pids:
+            return
+        if time.monotonic() > deadline:
+            raise UserError(f"sandbox {box.netns}: processes {pids[:5]} survived SIGKILL for {timeout:.0f}s")
+        for pid in pids:
+            _kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
 
 
 def _ns_inode(pid: int, kind: str) -> int | None:

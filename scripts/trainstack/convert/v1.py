@@ -87,7 +87,7 @@ POD_REASONS = {
     "dnsConfig": "runtimePatches cannot set it",
     "hostAliases": "runtimePatches cannot set it",
     "runtimeClassName": "the GPU runtimes set it from values (runtimes.*.runtimeClassName)",
-    "schedulerName": "runtimePatches cannot set it; the runtime's scheduler (values: gang scheduling) applies",
+    "schedulerName": "runtimePatches cannot set it; the cluster's gang scheduling (values: scheduling.gang) applies",
     "restartPolicy": "the runtime decides pod restarts",
     "initContainers": "runtimePatches can only patch the runtime's own init containers (env, mounts, security)",
     "nodeName": "pinning to a node is not carried over; use nodeSelector",
@@ -101,10 +101,10 @@ RUN_POLICY_REASONS = {
     "managedBy": "v1 managedBy names the v1 operator; the TrainJob is managed by the Trainer controller",
 }
 SCHEDULING_REASONS = {
-    "minAvailable": "gang scheduling is set on the runtime (values: gang scheduling), not per TrainJob",
+    "minAvailable": "gang scheduling is set for the platform (values: scheduling.gang), not per TrainJob",
     "priorityClass": "runtimePatches cannot set a priority class; the runtime's applies",
-    "minResources": "gang scheduling is set on the runtime, not per TrainJob",
-    "scheduleTimeoutSeconds": "gang scheduling is set on the runtime, not per TrainJob",
+    "minResources": "gang scheduling is set for the platform (values: scheduling.gang), not per TrainJob",
+    "scheduleTimeoutSeconds": "gang scheduling is set for the platform (values: scheduling.gang), not per TrainJob",
 }
 SPEC_REASONS = {
     "elasticPolicy": "the golden torch runtimes run a fixed number of nodes (no torch elastic in TrainJob v2.3.0)",

@@ -22,7 +22,8 @@ from .. import deps, helm, paths, proc, rendercache, tools, yamlio
 from .. import lock as lockmod
 from ..cluster import sandbox as sandboxmod
 from ..errors import UserError
-from .suite import Suite, SuiteFailure
+from .base import SuiteFailure
+from .suite import Suite
 
 ARGOCD_NS = "argocd"
 REDIS_PORT = 6379

@@ -3,7 +3,8 @@ raises, the record of a step, and how a TrainJob's end reads. Nothing here talks
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import api
@@ -33,6 +34,17 @@ class Step:
     result: str = "not run"  # pass | FAIL | skip | not run
     seconds: float = 0.0
     detail: str = ""
+    # what the step found, as fields (nodes, pods, exit codes, figures): the summary JSON carries it and
+    # tests assert on it, never on the wording of `detail`
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Outcome:
+    """What a step function may return instead of a plain detail line: the line and its fields."""
+
+    detail: str
+    data: dict[str, Any] = field(default_factory=dict)
 
 
 def terminal_state(trainjob: dict[str, Any] | None) -> tuple[str, str]:
@@ -52,3 +64,7 @@ def said_line(text: str) -> str:
 
 def summary_rows(steps: list[Step]) -> list[tuple[str, str, str, str]]:
     return [(s.name, s.result, f"{s.seconds:.1f}", s.detail[:120]) for s in steps]
+
+
+# A step of a suite's plan: returns its detail line (or an Outcome with fields too); raises to fail.
+StepFn = Callable[[], "str | Outcome | None"]

@@ -30,20 +30,32 @@ def choose(name: str, run_dir: Path, lock: lockmod.Lock, args: argparse.Namespac
     """The provider for `name`; `auto` is kind when Docker answers and the images can be had, else local."""
     from .providers.existing import ExistingProvider
     from .providers.kind import KindProvider, viable
-    from .providers.local import LocalProvider, default_nodes
+    from .providers.local import DEFAULT_REAL_NODES, LocalProvider, default_nodes
 
     nodes = getattr(args, "nodes", None) or default_nodes(lock)
+    real_nodes = getattr(args, "real_nodes", None) or DEFAULT_REAL_NODES
     if name == "auto":
         ok, why = viable(lock)
         if ok:
             return KindProvider(run_dir, lock, reason=f"auto: {why}")
         return LocalProvider(run_dir, lock, port_base=args.port_base, reason=f"auto: kind not possible ({why})",
-                             nodes=nodes)
+                             nodes=nodes, real_nodes=real_nodes)
     if name == "local":
-        return LocalProvider(run_dir, lock, port_base=args.port_base, nodes=nodes)
+        return LocalProvider(run_dir, lock, port_base=args.port_base, nodes=nodes, real_nodes=real_nodes)
     if name == "kind":
         return KindProvider(run_dir, lock)
     return ExistingProvider(lock, install=args.install, context=args.context)
+
+
+def _real_node_count(text: str) -> int:
+    """--real-nodes: 1 to 8 (each node's namespace takes an address 10.250.0.1x and a pod /24)."""
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--real-nodes takes a whole number, not {text!r}") from None
+    if not 1 <= count <= 8:
+        raise argparse.ArgumentTypeError(f"--real-nodes takes 1 to 8, not {count}")
+    return count
 
 
 def _interrupt(signum: int, frame: object) -> None:
@@ -52,9 +64,10 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..release import resolve
+    from .base import Step, summary_rows
     from .gitops import GitOpsSuite, check_args
     from .providers.local import down_kept
-    from .suite import Step, Suite, summary_rows
+    from .suite import Suite
 
     if args.e2e_command == "down":
         progress.info(down_kept())
@@ -145,8 +158,10 @@ def run(args: argparse.Namespace) -> int:
                     "data_cache": args.data_cache,
                     "seconds": round(total, 1),
                     "passed": failure is None,
+                    **({"memory": memory} if (memory := getattr(provider, "memory_report", None)) else {}),
                     "steps": [
-                        {"step": s.name, "result": s.result, "seconds": round(s.seconds, 1), "detail": s.detail}
+                        {"step": s.name, "result": s.result, "seconds": round(s.seconds, 1), "detail": s.detail,
+                         "data": s.data}
                         for s in suite.steps
                     ],
                 },
@@ -170,7 +185,8 @@ def run_upgrade(suite, from_ref: str, run_dir: Path, binaries: tuple[str, ...]) 
     bindings denying with "no params found" until kube-apiserver restarted); other providers uninstall between.
     The step table and figures are printed; a failed step fails the run."""
     from . import upgrade
-    from .suite import Step, Suite
+    from .base import Step
+    from .suite import Suite
 
     reports: list[dict] = []
     extra: list = []
@@ -238,6 +254,14 @@ def register(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="local provider: real (a kubelet + containerd node only), kwok (fake nodes only) or both "
         "(default: both when the real-node parts are built, else kwok)",
+    )
+    parser.add_argument(
+        "--real-nodes",
+        type=_real_node_count,
+        default=None,
+        metavar="N",
+        help="local provider: how many real nodes (kubelet + containerd each, in namespaces of their own; "
+        "default 2)",
     )
     parser.add_argument(
         "--port-base",

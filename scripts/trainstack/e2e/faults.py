@@ -24,14 +24,13 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
 import yaml
 
 from .. import kubeapi, progress
-from ..cluster import node as nodemod
 from ..cluster.local import pid_alive
 from ..errors import UserError
 from .base import NAMESPACE, SMOKE_NS
@@ -50,6 +49,7 @@ class FaultRow:
     lost: int
     recover_seconds: float
     detail: str = ""
+    data: dict[str, Any] = field(default_factory=dict)  # what the fault found, as fields (tests assert on these)
 
 
 class Faults:
@@ -245,7 +245,8 @@ def real_node_fault(suite: Any, component: str, seconds: int = 40, jobs: int = 1
     until they run, restart `component` (kubelet or containerd) the way systemd would, and check that
     every TrainJob ends Complete with its containers never restarted (kubelet re-adopts the running pods;
     containerd's shims keep the containers alive)."""
-    kube, node = suite.kube, suite.provider.cluster.node
+    kube = suite.kube
+    real = {n.name: n for n in suite.provider.cluster.nodes}
     runtime = next(r for r in golden_runtimes(suite.rendered) if suite.provider.is_real(
         SmokeJob("x", r)) and "torch" in ((r.get("spec") or {}).get("mlPolicy") or {}))
     kube.kubectl("create", "namespace", SMOKE_NS, check=False)
@@ -260,7 +261,7 @@ def real_node_fault(suite: Any, component: str, seconds: int = 40, jobs: int = 1
 
     def on_the_node(found: dict[str, dict[str, Any]]) -> list[dict[str, Any]] | None:
         running = [p for p in found.values() if (p.get("status") or {}).get("phase") == "Running"
-                   and p["spec"].get("nodeName") == nodemod.NODE_NAME]
+                   and p["spec"].get("nodeName") in real]
         return running if len(running) >= jobs else None
 
     running = kubeapi.wait_for(api, kubeapi.pods(api), on_the_node, suite.provider.job_timeout,
@@ -268,6 +269,9 @@ def real_node_fault(suite: Any, component: str, seconds: int = 40, jobs: int = 1
     if running is None:
         raise UserError(f"{component} fault: the TrainJobs' pods did not run on the real node in time")
     uids = {p["metadata"]["uid"] for p in running}
+    # the daemon restarts on the node that runs most of the pods (all of them with one job)
+    hosts = [p["spec"]["nodeName"] for p in running]
+    node = real[max(set(hosts), key=hosts.count)]
     start = time.monotonic()
     away = node.restart(component)
     states = suite.wait_trainjobs({n: "Complete" for n in names}, timeout=suite.provider.job_timeout)
@@ -276,6 +280,8 @@ def real_node_fault(suite: Any, component: str, seconds: int = 40, jobs: int = 1
     restarts = sum(c.get("restartCount", 0) for p in pods for c in (p.get("status") or {}).get("containerStatuses") or [])
     same = uids <= {p["metadata"]["uid"] for p in pods}
     lost = sum(1 for n in names if n not in states) + (0 if same else 1)
-    detail = (f"{component} away {away:.1f}s; pods kept (same uids: {same}), container restarts {restarts}; "
+    detail = (f"{component} on {node.name} away {away:.1f}s; pods kept (same uids: {same}), container restarts {restarts}; "
               f"ended Complete")
-    return FaultRow(f"{component} restarted (real node)", len(running), lost, round(recovered, 1), detail)
+    return FaultRow(f"{component} restarted (real node)", len(running), lost, round(recovered, 1), detail,
+                    {"node": node.name, "away_s": round(away, 1), "same_pods": same, "container_restarts": restarts,
+                     "completed": sorted(states)})

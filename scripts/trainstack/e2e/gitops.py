@@ -44,7 +44,6 @@ import copy
 import json
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -52,13 +51,14 @@ import yaml
 
 from .. import api, helm, images, kubeapi
 from .. import render as rendermod
-from . import suite as suitemod
+from . import smokejobs as smokemod
 from .argocd import ARGOCD_NS, RECONCILE_S, ArgoCD
+from .base import NAMESPACE, SMOKE_NS, StepFn, SuiteFailure
 from .gitops_apps import healthy, op_phase, published_kustomization, summary, synced, wave
 from .gitops_args import check_args
 from .gitops_harness import CHART_REPO, GitOpsHarness
 from .gitrepo import BRANCH, GIT_URL
-from .suite import NAMESPACE, SMOKE_NS, SmokeJob, SuiteFailure
+from .smokejobs import SmokeJob
 
 # what e2e/command.py and the tests reach through this module
 __all__ = ["TRAINER_CRDS", "ArgoCD", "GitOpsSuite", "check_args"]
@@ -76,7 +76,7 @@ class GitOpsSuite(GitOpsHarness):
     """The gitops steps; the platform checks that apply are the Suite's own methods."""
 
     # -- plan ---------------------------------------------------------------------------------
-    def plan(self) -> list[tuple[str, Callable[[], str | None]]]:
+    def plan(self) -> list[tuple[str, StepFn]]:
         s = self.suite
         return [
             *s.cluster_steps(", real node"),
@@ -96,7 +96,7 @@ class GitOpsSuite(GitOpsHarness):
             ("deleting the Application keeps CRDs and TrainJobs", self.delete_application),
         ]
 
-    def step(self, name: str, fn: Callable[[], str | None]) -> None:
+    def step(self, name: str, fn: StepFn) -> None:
         self.suite.step(name, fn)
 
     def run(self) -> None:
@@ -195,8 +195,8 @@ class GitOpsSuite(GitOpsHarness):
 
     def health_runtime(self) -> dict[str, Any]:
         """The golden runtime the TrainJobs from git use: CPU torch, one pod template."""
-        return next(r for r in suitemod.golden_runtimes(self.suite.rendered)
-                    if "torch" in suitemod.ml_policies(r) and not suitemod.is_gpu(r) and len(suitemod.pod_specs(r)) == 1)
+        return next(r for r in smokemod.golden_runtimes(self.suite.rendered)
+                    if "torch" in smokemod.ml_policies(r) and not smokemod.is_gpu(r) and len(smokemod.pod_specs(r)) == 1)
 
     def trainjob_health(self) -> str:
         s = self.suite

@@ -23,9 +23,10 @@ from ..cluster import node as nodemod
 from ..cluster import sandbox as sandboxmod
 from ..errors import output_line
 from .argocd import ARGOCD_NS, RECONCILE_S, ArgoCD, argocd_manifests
+from .base import NAMESPACE, SMOKE_NS, SuiteFailure
 from .gitops_apps import summary
 from .gitrepo import BRANCH, GIT_PORT, GIT_URL, GitRepo
-from .suite import NAMESPACE, SMOKE_NS, Suite, SuiteFailure
+from .suite import Suite
 
 CHART_REGISTRY_PORT = 5443
 CHART_REPO = f"oci://127.0.0.1:{CHART_REGISTRY_PORT}/charts"

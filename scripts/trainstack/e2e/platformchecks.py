@@ -9,7 +9,7 @@ import time
 import yaml
 
 from .. import api, kubeapi
-from .base import FRAMEWORK_LABEL, LWS_NAME_LABEL, NAMESPACE, PART_OF, SMOKE_NS, SuiteFailure, said_line
+from .base import FRAMEWORK_LABEL, LWS_NAME_LABEL, NAMESPACE, PART_OF, SMOKE_NS, Outcome, SuiteFailure, said_line
 from .smokejobs import SmokeJob, golden_runtimes, job_name, pod_specs
 from .suitestate import SuiteState
 
@@ -25,7 +25,7 @@ class PlatformChecks(SuiteState):
         )
         return f"{len(names)} CRDs"
 
-    def controllers_ready(self) -> str:
+    def controllers_ready(self) -> Outcome:
         self.kube.kubectl(
             "wait", "--for=condition=Available", "--timeout=90s", "deployment", "--all", "-n", NAMESPACE, timeout=120
         )
@@ -42,7 +42,14 @@ class PlatformChecks(SuiteState):
                 raise SuiteFailure(f"webhooks do not answer a dry-run TrainJob: {said_line(result.stderr)}")
             time.sleep(0.5)
         deploys = self.read("deployments", NAMESPACE)
-        return f"{len(deploys)} Deployments Available; TrainJob dry run admitted by the webhooks"
+        # where each controller's pods run: a node's name, or none for controllers run as host processes
+        pods = self.read("pods", NAMESPACE)
+        running = {d["metadata"]["name"]: sorted(p["spec"].get("nodeName") or "" for p in pods
+                                                 if p["metadata"]["name"].startswith(d["metadata"]["name"] + "-")
+                                                 and (p.get("status") or {}).get("phase") == "Running")
+                   for d in deploys}
+        return Outcome(f"{len(deploys)} Deployments Available; TrainJob dry run admitted by the webhooks",
+                       {"deployments": sorted(running), "pods_on_nodes": running, "webhook_dry_run": "admitted"})
 
     def runtimes_installed(self) -> str:
         wanted = {r["metadata"]["name"]: r for r in golden_runtimes(self.rendered)}

@@ -3,7 +3,9 @@ engineer does (the Kubeflow SDK), its checkpoint outliving its pods, and what a 
 
 `train_with_sdk` lists the runtimes and submits examples/train_ddp.py on `torch-distributed` with
 two nodes through `TrainerClient().train(...)`, waits with `wait_for_job_status`, reads the loss
-from `get_job_logs`, and checks both pods ran on the real node. `checkpoint_outlives_pods`
+from `get_job_logs`, and checks from the cluster's objects where it ran: with two real nodes, its pods
+on different nodes, pod IPs in the nodes' pod CIDRs, rank 1's rendezvous address resolving to rank 0's
+pod on the other node, and the gradients on the nodes' links. `checkpoint_outlives_pods`
 deletes the TrainJob and loads the checkpoint in a fresh pod that mounts the same claim.
 `worker_killed` deletes a worker pod mid-run and follows the TrainJob to its end.
 `RealNodeSteps` are the Suite's steps built on these (mixed into Suite).
@@ -12,25 +14,28 @@ deletes the TrainJob and loads the checkpoint in a fresh pod that mounts the sam
 from __future__ import annotations
 
 import importlib
+import ipaddress
 import json
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from .. import images, kubeapi, paths
-from ..cluster import node as nodemod
 from ..errors import UserError
-from .base import GROUP, RELEASE, SMOKE_NS, VERSION, SuiteFailure
-from .smokejobs import golden_runtimes
+from .base import GROUP, RELEASE, SMOKE_NS, VERSION, Outcome, StepFn, SuiteFailure
+from .cannotstart import cannot_start
+from .smokejobs import SmokeJob, golden_runtimes
 from .suitestate import SuiteState
 
 RUNTIME = "torch-distributed"
 NODES = 2
 STEPS = 40
+# the MLP's width: wide enough that its gradients (about 70k parameters, 280 kB a step) dwarf the nodes'
+# other traffic over a run, so the byte counters of the links show the all-reduce crossing
+HIDDEN = 256
 OUTPUT = "/workspace/output"
 
 
@@ -98,16 +103,48 @@ def pods_of(kube: Any, name: str) -> list[dict[str, Any]]:
     return kubeapi.items(api, kubeapi.resource(api, "pods", SMOKE_NS), label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
 
 
-def train_with_sdk(kube: Any, kubeconfig: Path, node_name: str, timeout: int = 300) -> dict[str, Any]:
+def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
+    """A pod as the e2e reads it: its index in its Job (the node rank), node, pod IP, phase, and the `node`
+    container's exit code and container ID."""
+    status = pod.get("status") or {}
+    containers = {c["name"]: c for c in status.get("containerStatuses") or []}
+    main: dict[str, Any] = containers.get("node") or next(iter(containers.values()), {})
+    ended = (main.get("state") or {}).get("terminated") or {}
+    index = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-completion-index")
+    return {"pod": pod["metadata"]["name"], "index": int(index) if index is not None else None,
+            "node": pod["spec"].get("nodeName"), "ip": status.get("podIP"),
+            "image": next((c.get("image") for c in pod["spec"].get("containers", []) if c.get("name") == "node"), None),
+            "phase": status.get("phase"), "exit_code": ended.get("exitCode"), "container_id": main.get("containerID")}
+
+
+def in_cidr(ip: str | None, cidr: str | None) -> bool:
+    return bool(ip and cidr) and ipaddress.ip_address(ip) in ipaddress.ip_network(cidr)  # type: ignore[arg-type]
+
+
+def rendezvous_of(kube: Any, pod: str) -> dict[str, Any]:
+    """The `rendezvous` event a train_ddp.py rank logged: its host and what MASTER_ADDR resolved to."""
+    out = kube.kubectl("logs", pod, "-n", SMOKE_NS, check=False).stdout.splitlines()
+    found = events(out, "rendezvous")
+    return found[0] if found else {}
+
+
+def train_with_sdk(kube: Any, kubeconfig: Path, real_nodes: list[Any], timeout: int = 300) -> dict[str, Any]:
+    """The SDK path on the real nodes: list runtimes, train examples/train_ddp.py with NODES nodes, read the loss;
+    then check from the cluster's objects where it ran. With two or more real nodes the pods ran on different
+    nodes, each pod IP in its node's spec.podCIDR, rank 1 resolved the rendezvous address to rank 0's pod on
+    the other node, and the gradients crossed the link of every node but real-0 (its byte counters)."""
     tc = client(kubeconfig)
     listed = sorted(r.name for r in tc.list_runtimes())
     if RUNTIME not in listed:
         raise RealNodeFailure(f"TrainerClient().list_runtimes() does not list {RUNTIME}: {', '.join(listed)}")
-    name = submit(kubeconfig, ["--steps", str(STEPS), "--seed", "0", "--output-dir", OUTPUT])
+    linked = [n for n in real_nodes if n.sandbox.parent is not None]
+    before = {n.name: n.sandbox.link_bytes() for n in linked}
+    name = submit(kubeconfig, ["--steps", str(STEPS), "--seed", "0", "--hidden", str(HIDDEN), "--output-dir", OUTPUT])
     try:
         tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=2)
     except (RuntimeError, TimeoutError, ValueError) as err:
         raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {str(err).splitlines()[0][:300]}") from None
+    after = {n.name: n.sandbox.link_bytes() for n in linked}
     lines = list(tc.get_job_logs(name))
     loss = losses(lines)
     if len(loss) != STEPS:
@@ -118,14 +155,46 @@ def train_with_sdk(kube: Any, kubeconfig: Path, node_name: str, timeout: int = 3
     start = events(lines, "start")
     if not start or start[0].get("world_size") != NODES or start[0].get("backend") != "gloo":
         raise RealNodeFailure(f"TrainJob {name}: rank 0 did not start a {NODES}-process gloo group: {start[:1]}")
-    pods = pods_of(kube, name)
-    on_node = [p for p in pods if p["spec"].get("nodeName") == node_name]
-    succeeded = [p for p in on_node if p.get("status", {}).get("phase") == "Succeeded"]
-    if len(succeeded) != NODES:
-        where = {p["metadata"]["name"]: (p["spec"].get("nodeName"), p.get("status", {}).get("phase")) for p in pods}
-        raise RealNodeFailure(f"TrainJob {name}: expected {NODES} pods Succeeded on {node_name}, got {where}")
-    return {"name": name, "loss_first": loss[0], "loss_last": loss[-1], "pods": [p["metadata"]["name"] for p in pods],
-            "runtimes": listed}
+    pods = sorted((pod_facts(p) for p in pods_of(kube, name)), key=lambda f: f["pod"])
+    names = {n.name for n in real_nodes}
+    ok = [f for f in pods if f["node"] in names and f["phase"] == "Succeeded" and f["exit_code"] == 0]
+    if len(ok) != NODES or len(pods) != NODES:
+        raise RealNodeFailure(f"TrainJob {name}: expected {NODES} pods Succeeded (exit 0) on the real nodes, got "
+                              f"{[(f['pod'], f['node'], f['phase'], f['exit_code']) for f in pods]}")
+    cidrs = {n["metadata"]["name"]: n.get("spec", {}).get("podCIDR") for n in kubeapi.items(
+        kubeapi.for_kube(kube), kubeapi.core_objects(kubeapi.for_kube(kube), "nodes"))}
+    for f in pods:
+        f["node_pod_cidr"] = cidrs.get(f["node"])
+        if not in_cidr(f["ip"], f["node_pod_cidr"]):
+            raise RealNodeFailure(f"TrainJob {name}: pod {f['pod']} has IP {f['ip']}, outside {f['node']}'s pod CIDR "
+                                  f"{f['node_pod_cidr']}")
+    used = sorted({f["node"] for f in pods})
+    result: dict[str, Any] = {"name": name, "loss_first": loss[0], "loss_last": loss[-1], "pods": pods,
+                              "nodes": used, "runtimes": listed, "params": start[0].get("params")}
+    rank0 = next(f for f in pods if f["index"] == 0)
+    rank1 = next(f for f in pods if f["index"] == 1)
+    result["rendezvous"] = rendezvous_of(kube, rank1["pod"])
+    if len(real_nodes) >= NODES:
+        if len(used) != NODES:
+            raise RealNodeFailure(f"TrainJob {name}: its {NODES} pods ran on {used}, not on {NODES} different real "
+                                  f"nodes (the golden CPU runtime spreads a job's pods over nodes)")
+        if result["rendezvous"].get("master_ip") != rank0["ip"]:
+            raise RealNodeFailure(f"TrainJob {name}: rank 1 on {rank1['node']} resolved the rendezvous address "
+                                  f"{result['rendezvous'].get('master_addr')} to {result['rendezvous'].get('master_ip')}, "
+                                  f"not to rank 0's pod {rank0['ip']} on {rank0['node']}")
+        # DDP all-reduces every parameter's gradient (4 bytes each) every step: whatever the algorithm, each of
+        # two ranks sends at least half of it (a ring sends all of it). The link of the node running a rank
+        # carries at least that each way, or the all-reduce did not cross (its other traffic is well under).
+        gradient_bytes = int(start[0].get("params") or 0) * 4 * STEPS // 2
+        crossed = {n: {"rx": after[n]["rx"] - before[n]["rx"], "tx": after[n]["tx"] - before[n]["tx"]}
+                   for n in before if n in used}
+        result["link_bytes"] = crossed
+        result["gradient_bytes"] = gradient_bytes
+        short = [n for n, d in crossed.items() if min(d["rx"], d["tx"]) < gradient_bytes]
+        if not crossed or short or not gradient_bytes:
+            raise RealNodeFailure(f"TrainJob {name}: the links of {short or used} carried {crossed} bytes, less than "
+                                  f"the {gradient_bytes} bytes of gradients a {NODES}-node DDP run sends at least")
+    return result
 
 
 def claims_of(kube: Any, name: str) -> list[str]:
@@ -153,7 +222,7 @@ print(json.dumps({{"step": state["step"], "world_size": state["world_size"], "tr
 """
 
 
-def checkpoint_outlives_pods(kube: Any, name: str, image: str, node_name: str, timeout: float = 120) -> dict[str, Any]:
+def checkpoint_outlives_pods(kube: Any, name: str, image: str, timeout: float = 120) -> dict[str, Any]:
     claims = claims_of(kube, name)
     if not claims:
         raise RealNodeFailure(f"TrainJob {name} has no output PVC in {SMOKE_NS}")
@@ -170,7 +239,7 @@ def checkpoint_outlives_pods(kube: Any, name: str, image: str, node_name: str, t
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": pod, "namespace": SMOKE_NS},
          "data": {"train_ddp.py": script, "check.py": CHECK.format(output=OUTPUT)}},
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": pod, "namespace": SMOKE_NS},
-         "spec": {"restartPolicy": "Never", "nodeSelector": {"kubernetes.io/hostname": node_name},
+         "spec": {"restartPolicy": "Never", "nodeSelector": {"trainstack.io/node": "real"},
                   "securityContext": {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000,
                                       "seccompProfile": {"type": "RuntimeDefault"}},
                   "containers": [{"name": "check", "image": image, "command": ["python", "/scripts/check.py"],
@@ -277,14 +346,23 @@ class RealNodeSteps(SuiteState):
     """The Suite's steps that need the real node (mixed into Suite: uses its kube, provider, rendered,
     lock, read and wait_trainjobs)."""
 
-    def real_node_steps(self) -> list[tuple[str, Callable[[], str | None]]]:
+    def real_node_steps(self) -> list[tuple[str, StepFn]]:
         return [
-            ("SDK TrainJob trains on 2 real pods", self.sdk_training),
+            ("SDK TrainJob trains across real nodes", self.sdk_training),
             ("checkpoint outlives the pods", self.checkpoint_kept),
             ("worker killed mid-run", self.worker_killed),
+            ("a TrainJob whose pods cannot start is flagged", self.cannot_start),
             *([("SDK fine-tune (TorchTune) on the GPU pool", self.sdk_finetune)]
               if getattr(self.provider, "nodes", "") == "both" else []),
         ]
+
+    def cannot_start(self) -> Outcome:
+        runtime = next(r for r in golden_runtimes(self.rendered) if self.provider.is_real(SmokeJob("x", r))
+                       and "torch" in ((r.get("spec") or {}).get("mlPolicy") or {}))
+        r = cannot_start(self.kube, self.provider.kubeconfig, runtime, self.provider.placement(SmokeJob("x", runtime)),
+                         self.job_labels)
+        return Outcome(f"TrainJob {r['trainjob']} with an image nobody built: {r['state']}, flagged by trainstack "
+                       f"status after {r['seconds']}s ({r['blocked'][:120]})", r)
 
     def _torchtune_runtime(self) -> str:
         names = sorted(r["metadata"]["name"] for r in golden_runtimes(self.rendered)
@@ -321,16 +399,18 @@ class RealNodeSteps(SuiteState):
                     f"checkpoint and ended Complete {r['seconds_to_end']}s later")
         return f"killed {r['killed']}: TrainJob {r['name']} ended Failed {r['seconds_to_end']}s later ({r['message'][:160]})"
 
-    def sdk_training(self) -> str:
-        self.trained = train_with_sdk(self.kube, self.provider.kubeconfig, nodemod.NODE_NAME,
+    def sdk_training(self) -> Outcome:
+        self.trained = train_with_sdk(self.kube, self.provider.kubeconfig, self.provider.cluster.nodes,
                                       timeout=int(self.provider.job_timeout))
         r = self.trained
-        return (f"TrainerClient().train -> {r['name']} on {RELEASE}'s {RUNTIME}, {NODES} pods on "
-                f"{nodemod.NODE_NAME}: loss {r['loss_first']:.4f} -> {r['loss_last']:.4f} "
-                f"({STEPS} steps, read with get_job_logs); list_runtimes saw {len(r['runtimes'])} runtimes")
+        where = ", ".join(f"node {f['index']} on {f['node']} ({f['ip']})" for f in r["pods"])
+        crossed = "; ".join(f"{n} link {d['tx'] / 1e6:.1f} MB out, {d['rx'] / 1e6:.1f} MB in"
+                            for n, d in (r.get("link_bytes") or {}).items())
+        return Outcome(f"TrainerClient().train -> {r['name']} on {RELEASE}'s {RUNTIME}: {where}; loss "
+                       f"{r['loss_first']:.4f} -> {r['loss_last']:.4f} ({STEPS} steps, get_job_logs)"
+                       + (f"; {crossed} (gradients {r['gradient_bytes'] / 1e6:.1f} MB)" if crossed else ""), r)
 
-    def checkpoint_kept(self) -> str:
-        r = checkpoint_outlives_pods(self.kube, self.trained["name"], images.reference("torch-cpu", self.lock),
-                                     nodemod.NODE_NAME)
-        return (f"TrainJob deleted; claim {r['claim']} kept; a fresh pod loaded the step-{r['step']} checkpoint: "
-                f"loss {r['trained_loss']:.4f} trained vs {r['untrained_loss']:.4f} untrained")
+    def checkpoint_kept(self) -> Outcome:
+        r = checkpoint_outlives_pods(self.kube, self.trained["name"], images.reference("torch-cpu", self.lock))
+        return Outcome(f"TrainJob deleted; claim {r['claim']} kept; a fresh pod loaded the step-{r['step']} "
+                       f"checkpoint: loss {r['trained_loss']:.4f} trained vs {r['untrained_loss']:.4f} untrained", r)

@@ -9,7 +9,8 @@ pod ends its TrainJob Failed, and that CRDs and TrainJobs survive `helm uninstal
 Each step is timed and recorded; the first failure stops the run.
 The Suite (here) runs the steps and records them; the steps live beside it: platformchecks.py
 (what any install brought up), workloadchecks.py (smoke TrainJobs and what users rely on),
-realnode.py (a real node: SDK training, checkpoints, a killed worker); smokejobs.py holds the
+realnode.py (a real node: SDK training, checkpoints, a killed worker), frameworks.py (JAX and XGBoost
+training through the SDK, TrainJobs naming only a runtime); smokejobs.py holds the
 smoke TrainJobs and the facts about runtimes, base.py the shared names and records.
 """
 
@@ -24,53 +25,31 @@ from .. import helm, kubeapi, paths, proc, progress, tools
 from .. import lock as lockmod
 from ..errors import UserError
 from .base import (
-    FRAMEWORK_LABEL,
     GROUP,
-    LWS_GROUP,
-    LWS_NAME_LABEL,
-    MASTER_PORT,
     NAMESPACE,
     PART_OF,
     RELEASE,
-    SMOKE_NODES,
     SMOKE_NS,
     VERSION,
+    Outcome,
     Step,
+    StepFn,
     SuiteFailure,
-    summary_rows,
     terminal_state,
 )
+from .frameworks import FrameworkSteps
 from .platformchecks import PlatformChecks
-from .realnode import RealNodeSteps
 from .smokejobs import (
     SmokeJob,
-    accelerators,
-    expected_env,
     golden_runtimes,
-    is_gpu,
-    job_name,
-    message_literals,
-    ml_policies,
-    node_selector,
-    pod_specs,
     render,
     required_labels,
-    tolerations,
     value_args,
 )
 from .workloadchecks import WorkloadChecks
 
-# Names that moved to base.py and smokejobs.py, still importable from here (gitops, scale, the tests
-# and the providers read them as suite.X).
-__all__ = [
-    "FRAMEWORK_LABEL", "GROUP", "LWS_GROUP", "LWS_NAME_LABEL", "MASTER_PORT", "NAMESPACE", "PART_OF", "RELEASE",
-    "SMOKE_NODES", "SMOKE_NS", "VERSION", "SmokeJob", "Step", "Suite", "SuiteFailure", "accelerators",
-    "expected_env", "golden_runtimes", "is_gpu", "job_name", "message_literals", "ml_policies", "node_selector",
-    "pod_specs", "render", "required_labels", "summary_rows", "terminal_state", "tolerations", "value_args",
-]
 
-
-class Suite(PlatformChecks, WorkloadChecks, RealNodeSteps):
+class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
     """Runs the steps in order against whatever `provider` brings; records a Step for each."""
 
     def __init__(
@@ -99,16 +78,20 @@ class Suite(PlatformChecks, WorkloadChecks, RealNodeSteps):
         self.installed = False
         self.extra_values: list[Path] = []
         # builtImages the suite's workloads run on a real node (beside the node's and controllers')
-        self.workload_images: tuple[str, ...] = ("torch-cpu",)
+        self.workload_images: tuple[str, ...] = ("torch-cpu", "jax-cpu", "xgboost-cpu")
 
     # -- bookkeeping ------------------------------------------------------------------------
-    def step(self, name: str, fn: Callable[[], str | None]) -> None:
+    def step(self, name: str, fn: StepFn) -> None:
         step = Step(name)
         self.steps.append(step)
         start = time.monotonic()
         try:
             with progress.step(name):
-                step.detail = fn() or ""
+                out = fn()
+                if isinstance(out, Outcome):
+                    step.detail, step.data = out.detail, out.data
+                else:
+                    step.detail = out or ""
             step.result = "skip" if step.detail.startswith("skipped") else "pass"
         except UserError as err:
             step.result, step.detail = "FAIL", err.message
@@ -119,7 +102,7 @@ class Suite(PlatformChecks, WorkloadChecks, RealNodeSteps):
         finally:
             step.seconds = time.monotonic() - start
 
-    def platform_checks(self) -> list[tuple[str, Callable[[], str | None]]]:
+    def platform_checks(self) -> list[tuple[str, StepFn]]:
         """What any install must have brought up, however it was installed (helm, Argo CD, nothing)."""
         return [
             ("CRDs established", self.crds_established),
@@ -128,11 +111,11 @@ class Suite(PlatformChecks, WorkloadChecks, RealNodeSteps):
             ("policies installed", self.policies_installed),
         ]
 
-    def cluster_steps(self, note: str = "") -> list[tuple[str, Callable[[], str | None]]]:
+    def cluster_steps(self, note: str = "") -> list[tuple[str, StepFn]]:
         """The first two steps of every plan: the chart rendered, the provider's cluster up."""
         return [("render the chart", self.render_chart), (f"cluster ({self.provider.name}{note})", self.cluster_up)]
 
-    def plan(self) -> list[tuple[str, Callable[[], str | None]]]:
+    def plan(self) -> list[tuple[str, StepFn]]:
         if not self.provider.installs:  # an existing cluster, read-only: check what is there, create nothing
             return [
                 *self.cluster_steps(),
@@ -157,7 +140,7 @@ class Suite(PlatformChecks, WorkloadChecks, RealNodeSteps):
             ),
         ]
 
-    def run(self, planned: list[tuple[str, Callable[[], str | None]]] | None = None, hint: str = "") -> None:
+    def run(self, planned: list[tuple[str, StepFn]] | None = None, hint: str = "") -> None:
         """All steps (of PLANNED, default this suite's plan); raises SuiteFailure (after marking the
         rest 'not run') at the first failure, with the step's hint or else HINT."""
         planned = self.plan() if planned is None else planned

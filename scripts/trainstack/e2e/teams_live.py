@@ -18,6 +18,11 @@ A GPU TrainJob that should keep its quota is held Running: its pods carry KWOK's
 `pod-container-running-failed` label with an hour's delay, so KWOK's pod-complete stage skips
 them and the failing stage waits; `release` removes the label and KWOK completes the pods, so the
 Job, the JobSet and the TrainJob end Complete and Kueue gives the quota back.
+
+Kueue's configuration is the chart's (upstream's default plus `waitForPodsReady` with
+`blockAdmission`), with the timeout shortened to PODS_READY_TIMEOUT so that a job whose pods cannot
+all become Ready is evicted within the test; `unplaceable` gives a job such pods (a node selector
+no node has).
 """
 
 from __future__ import annotations
@@ -44,6 +49,8 @@ QUEUE_LABEL = api.QUEUE_LABEL
 TEAM_LABEL = "trainstack.io/team"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 HOLD_DELAY = "3600s"
+PODS_READY_TIMEOUT = "20s"
+NOWHERE = {"trainstack.io/e2e-nowhere": "true"}
 KUEUE_GROUP = api.KUEUE_GROUP
 OVERRIDES = {
     "kueue": {"install": True},
@@ -57,6 +64,7 @@ def teams_values(run_dir: Path, mirror: str | None = None, kueue_repository: str
     (with `mirror`: Kueue's image from the cluster's registry, and requests that fit the real node)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     values = json.loads(json.dumps(OVERRIDES))
+    values["kueue"]["managerConfig"] = {"controllerManagerConfigYaml": kueue_config()}
     if mirror:
         # no output volumes (the real node's static PVs are for the CPU smoke jobs, GPU pods run on KWOK)
         values["runtimes"] = {"defaults": {"output": {"enabled": False}}}
@@ -66,6 +74,14 @@ def teams_values(run_dir: Path, mirror: str | None = None, kueue_repository: str
     override = run_dir / "values-teams-live.yaml"
     override.write_text("# written by trainstack's live teams check (e2e/teams_live.py)\n" + yaml.safe_dump(values))
     return [paths.repo_root() / TEAMS_EXAMPLE, override]
+
+
+def kueue_config() -> str:
+    """The chart's Kueue configuration with waitForPodsReady's timeout shortened to PODS_READY_TIMEOUT."""
+    values = yaml.safe_load((paths.chart_dir() / "values.yaml").read_text())
+    config = yaml.safe_load(values["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
+    config["waitForPodsReady"]["timeout"] = PODS_READY_TIMEOUT
+    return yaml.safe_dump(config, sort_keys=False)
 
 
 class TeamsProvider(LocalProvider):
@@ -87,8 +103,9 @@ class TeamsProvider(LocalProvider):
 
 
 def gpu_trainjob(name: str, namespace: str, team: str, runtime: dict[str, Any], num_nodes: int = 1,
-                 hold: bool = True) -> dict[str, Any]:
-    """A TrainJob of `team` on the GPU runtime (one GPU per node); `hold` keeps its pods Running."""
+                 hold: bool = True, unplaceable: bool = False) -> dict[str, Any]:
+    """A TrainJob of `team` on the GPU runtime (one GPU per node); `hold` keeps its pods Running,
+    `unplaceable` keeps them Pending (a node selector no node has)."""
     job: dict[str, Any] = {
         "apiVersion": api.TRAINER_API,
         "kind": "TrainJob",
@@ -102,6 +119,11 @@ def gpu_trainjob(name: str, namespace: str, team: str, runtime: dict[str, Any], 
             for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]]
         job["spec"]["runtimePatches"] = [{"manager": "trainstack.io/e2e-hold", "trainingRuntimeSpec": {
             "template": {"spec": {"replicatedJobs": replicated}}}}]
+    if unplaceable:
+        nowhere = [{"name": rj["name"], "template": {"spec": {"template": {"spec": {"nodeSelector": NOWHERE}}}}}
+                   for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"]]
+        job["spec"].setdefault("runtimePatches", []).append({"manager": "trainstack.io/e2e-nowhere", "trainingRuntimeSpec": {
+            "template": {"spec": {"replicatedJobs": nowhere}}}})
     return job
 
 
@@ -164,7 +186,7 @@ def state(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     job = trainjob(kube, namespace, name)
     wl = workload(kube, namespace, name)
     wl_conds = conditions(wl) if wl else {}
-    running = [p for p in pods(kube, namespace, name) if (p.get("status") or {}).get("phase") == "Running"]
+    phases = [(p.get("status") or {}).get("phase") for p in pods(kube, namespace, name)]
     job_conds = conditions(job)
     return {
         "suspended": bool(job["spec"].get("suspend")),
@@ -173,7 +195,13 @@ def state(kube: Any, namespace: str, name: str) -> dict[str, Any]:
         "quota_reserved": wl_conds.get("QuotaReserved") == "True",
         "pending_reason": next((c.get("message", "") for c in ((wl or {}).get("status") or {}).get("conditions") or []
                                 if c["type"] == "QuotaReserved" and c["status"] != "True"), ""),
-        "running_pods": len(running),
+        "pods_ready": wl_conds.get("PodsReady") == "True",
+        "evicted": next((c.get("reason", "") for c in ((wl or {}).get("status") or {}).get("conditions") or []
+                         if c["type"] == "Evicted" and c["status"] == "True"), ""),
+        "requeues": (((wl or {}).get("status") or {}).get("requeueState") or {}).get("count", 0),
+        "pods": len(phases),
+        "pending_pods": phases.count("Pending"),
+        "running_pods": phases.count("Running"),
         "complete": job_conds.get("Complete") == "True",
         "failed": job_conds.get("Failed") == "True",
     }

@@ -45,23 +45,15 @@ from .. import render as rendermod
 from ..api import TRAINER_API
 from ..errors import UserError
 from ..kubectl import Kubectl
-from ..render import crd_documents, rendered_crds
+from ..render import rendered_crds
 from .base import GROUP, NAMESPACE, PART_OF, RELEASE
-from .clusterstate import TERMINAL, Snapshot, WebhookProbe, conflicts, longest_gap, losses, snapshot, terminal
-from .localadapter import WEBHOOK_KINDS, LocalAdapter
+from .clusterstate import WebhookProbe, conflicts, losses, snapshot, terminal
+from .localadapter import LocalAdapter
 from .oldrelease import build_old_chart, export_ref
 from .smokejobs import required_labels
 
 JOBS_NS = "trainstack-upgrade"
 LABEL = "trainstack.io/e2e"
-
-# Names that moved to clusterstate.py, localadapter.py, oldrelease.py and render.py, still importable
-# from here (faults.py and the tests read them as upgrade.X).
-__all__ = [
-    "GROUP", "JOBS_NS", "LABEL", "NAMESPACE", "PART_OF", "RELEASE", "TERMINAL", "WEBHOOK_KINDS", "LocalAdapter",
-    "Row", "Snapshot", "UpgradeTest", "WebhookProbe", "build_old_chart", "conflicts", "crd_documents", "export_ref",
-    "for_suite", "longest_gap", "losses", "rendered_crds", "report", "snapshot", "terminal",
-]
 
 
 # -- the test ----------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from ..cluster.local import FAIL_LABEL
-from .base import FRAMEWORK_LABEL, GROUP, SMOKE_NS, VERSION, SuiteFailure, said_line, terminal_state
+from .base import FRAMEWORK_LABEL, GROUP, SMOKE_NS, VERSION, Outcome, SuiteFailure, said_line, terminal_state
 from .smokejobs import (
     SmokeJob,
     accelerators,
@@ -31,7 +31,7 @@ class WorkloadChecks(SuiteState):
     """Steps that run smoke TrainJobs and check what the controllers made of them (mixed into Suite:
     uses its kube, provider, rendered, jobs, job_labels, place, read and wait_trainjobs)."""
 
-    def smoke_jobs(self) -> str:
+    def smoke_jobs(self) -> Outcome:
         self.kube.kubectl("create", "namespace", SMOKE_NS, check=False)
         runtimes = [r for r in golden_runtimes(self.rendered)]
         self.jobs = [SmokeJob(job_name(r["metadata"]["name"]), r, labels=self.job_labels) for r in runtimes]
@@ -42,8 +42,15 @@ class WorkloadChecks(SuiteState):
         self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump_all([j.manifest(SMOKE_NS) for j in self.jobs]))
         self.wait_trainjobs({j.name: "Complete" for j in self.jobs}, timeout=self.provider.job_timeout)
         note = f"; skipped: {', '.join(f'{k} ({v})' for k, v in skipped.items())}" if skipped else ""
-        kinds = ", ".join(f"{j.name} ({'real' if j.real else 'simulated'})" for j in self.jobs)
-        return f"{len(self.jobs)} TrainJobs Complete: {kinds}{note}"
+        pods = self.read("pods", SMOKE_NS, label_selector="jobset.sigs.k8s.io/jobset-name")
+        where = {j.name: sorted({p["spec"].get("nodeName") or "-" for p in pods
+                                 if p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"] == j.name})
+                 for j in self.jobs}
+        kinds = ", ".join(f"{j.name} ({'real' if j.real else 'simulated'} on {'+'.join(where[j.name])})"
+                          for j in self.jobs)
+        rows = [{"job": j.name, "runtime": j.runtime_name, "real": bool(j.real), "nodes": where[j.name]}
+                for j in self.jobs]
+        return Outcome(f"{len(self.jobs)} TrainJobs Complete: {kinds}{note}", {"jobs": rows, "skipped": skipped})
 
     def check_jobsets(self) -> str:
         jobsets = {j["metadata"]["name"]: j for j in self.read("jobsets", SMOKE_NS)}
@@ -107,7 +114,7 @@ class WorkloadChecks(SuiteState):
                         raise SuiteFailure(f"TrainJob {job.name}: no {kind} {job.name + suffix}")
         return f"{checked} containers carry their framework's env"
 
-    def check_placement(self) -> str:
+    def check_placement(self) -> Outcome:
         nodes = {n["metadata"]["name"]: n for n in self.read("nodes")}
         pods = self.read("pods", SMOKE_NS)
         counts = {"gpu": 0, "cpu": 0}
@@ -141,7 +148,8 @@ class WorkloadChecks(SuiteState):
                             f"landed on GPU node {node['metadata']['name']}"
                         )
                     counts["cpu"] += 1
-        return f"{counts['gpu']} GPU-runtime pods on GPU nodes, {counts['cpu']} CPU-runtime pods on CPU nodes"
+        return Outcome(f"{counts['gpu']} GPU-runtime pods on GPU nodes, {counts['cpu']} CPU-runtime pods on CPU nodes",
+                       {"gpu_pods_on_gpu_nodes": counts["gpu"], "cpu_pods_on_cpu_nodes": counts["cpu"]})
 
     def _image_policy_bindings(self) -> list[tuple[dict, dict]]:
         policies = {o["metadata"]["name"]: o for o in self.rendered if o.get("kind") == "ValidatingAdmissionPolicy"}
@@ -153,7 +161,8 @@ class WorkloadChecks(SuiteState):
             text = json.dumps(policy["spec"].get("validations", []))
             if "latest" in text:
                 out.append((policy, binding))
-        return out
+        # the trainer image's tag rule first (image-env also mentions ':latest', for images given in env vars)
+        return sorted(out, key=lambda pair: not pair[0]["metadata"]["name"].endswith("image-tag"))
 
     def check_policy(self) -> str:
         pairs = self._image_policy_bindings()
@@ -221,7 +230,7 @@ class WorkloadChecks(SuiteState):
             "spec": spec,
         }
 
-    def check_failure(self) -> str:
+    def check_failure(self) -> Outcome | str:
         if not self.provider.can_fail_pods:
             return f"skipped: {self.provider.name} cannot make pods fail on purpose"
         real = bool(getattr(self.provider, "real", False))
@@ -234,6 +243,11 @@ class WorkloadChecks(SuiteState):
         self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job.manifest(SMOKE_NS)))
         self.failed_job = job
         items = self.wait_trainjobs({"fails": "Failed"}, timeout=max(90, self.provider.job_timeout))
-        _, message = terminal_state(items["fails"])
+        state, message = terminal_state(items["fails"])
         how = "a real container exited 3" if real else "KWOK failed its pod"
-        return f"TrainJob fails ended Failed ({how}): {message[:160]}"
+        exits = sorted({c["state"]["terminated"]["exitCode"]
+                        for pod in self.read("pods", SMOKE_NS, label_selector="jobset.sigs.k8s.io/jobset-name=fails")
+                        for c in (pod.get("status") or {}).get("containerStatuses") or []
+                        if (c.get("state") or {}).get("terminated")})
+        return Outcome(f"TrainJob fails ended Failed ({how}): {message[:160]}",
+                       {"state": state, "message": message, "real": real, "exit_codes": exits})

@@ -6,6 +6,11 @@ each object and each binding: the policy's matchConstraints and the binding's ma
 paramRef (name or selector, parameterNotFoundAction), matchConditions, variables, then the
 validations with message/messageExpression; failurePolicy decides what an evaluation error
 means, and validationActions Deny gives an error, Warn/Audit a warning.
+
+A policy annotated `trainstack.io/judge-merged: "true"` also judges what a TrainJob's pods will
+be: its runtime (found among the documents) with spec.runtimePatches merged the way Trainer
+merges them (merge.py), as a TrainingRuntime. The API server sees only the patch; there Pod
+Security (the team namespaces enforce `restricted`) judges the pods themselves.
 """
 
 from __future__ import annotations
@@ -14,11 +19,12 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from . import cel, semantics
+from . import cel, merge, semantics
 from .report import ERROR, WARNING, Finding
 
 POLICY_API = "admissionregistration.k8s.io/v1"
 _VARIABLES = ["object", "oldObject", "request", "params", "namespaceObject", "variables"]
+JUDGE_MERGED = "trainstack.io/judge-merged"
 
 _env: cel.Environment | None = None
 
@@ -150,6 +156,7 @@ def evaluate(objects: list, catalog) -> list[Finding]:
     compiled: dict[str, _Compiled] = {}
     for name, policy_doc in policies.items():
         compiled[name] = _Compiled(policy_doc, env, findings)
+    merged_docs = _merged_docs(docs, catalog) if any(c.judge_merged for c in compiled.values()) else {}
     for binding in bindings:
         spec = _dict_at(binding.data, "spec")
         policy_name = spec.get("policyName")
@@ -177,12 +184,44 @@ def evaluate(objects: list, catalog) -> list[Finding]:
                 if problem:
                     findings.append(_finding(doc, "policy", severity, _denied(policy_name, binding.name, problem)))
                     continue
-                for message in policy.run(doc, info, params, namespaces):
+                messages = policy.run(doc, info, params, namespaces)
+                merged = merged_docs.get(id(doc.data)) if policy.judge_merged else None
+                if merged is not None:
+                    seen = set(messages)
+                    prefix = f"TrainingRuntime {doc.name}: "
+                    messages += [f"{merged[2]}: {m.removeprefix(prefix)}"
+                                 for m in policy.run(merged[0], merged[1], params, namespaces) if m not in seen]
+                for message in messages:
                     text = _denied(policy_name, binding.name, message)
                     if "Deny" not in actions:
                         text += f" (validationActions: {', '.join(actions)})"
                     findings.append(_finding(doc, "policy", severity, text))
     return findings
+
+
+def _merged_docs(docs: list[_Doc], catalog) -> dict[int, tuple[_Doc, Any, str]]:
+    """id(TrainJob data) -> (its runtime with its runtimePatches merged, as a TrainingRuntime named after
+    the TrainJob; that kind's info; what to say) for every TrainJob with patches whose runtime is here."""
+    runtimes = {(d.kind, d.namespace if d.kind == "TrainingRuntime" else "", d.name): d for d in docs
+                if d.kind in ("TrainingRuntime", "ClusterTrainingRuntime") and d.api_version.startswith("trainer.kubeflow.org/")}
+    out: dict[int, tuple[_Doc, Any, str]] = {}
+    for doc in docs:
+        spec = _dict_at(doc.data, "spec")
+        if doc.kind != "TrainJob" or not isinstance(spec.get("runtimePatches"), list) or not spec["runtimePatches"]:
+            continue
+        ref = _dict_at(spec, "runtimeRef")
+        kind = str(ref.get("kind") or "ClusterTrainingRuntime")
+        runtime = runtimes.get((kind, doc.namespace if kind == "TrainingRuntime" else "", str(ref.get("name") or "")))
+        info = catalog.lookup(doc.api_version, "TrainingRuntime")
+        if runtime is None or info is None or not isinstance(runtime.data.get("spec"), dict):
+            continue
+        data = {"apiVersion": doc.api_version, "kind": "TrainingRuntime",
+                "metadata": {"name": doc.name, "namespace": doc.namespace or "default"},
+                "spec": merge.merged_runtime_spec(runtime.data["spec"], spec)}
+        what = (f"the pods of TrainJob {doc.name} (runtime {kind} {runtime.name} with spec.runtimePatches "
+                "merged as Trainer merges them)")
+        out[id(doc.data)] = (_Doc(doc.file, doc.document, doc.line, data), info, what)
+    return out
 
 
 def _denied(policy: str, binding: str, message: str) -> str:
@@ -228,6 +267,7 @@ class _Compiled:
         self.match = spec.get("matchConstraints")
         self.param_kind = spec.get("paramKind") if isinstance(spec.get("paramKind"), dict) else None
         self.fail = (spec.get("failurePolicy") or "Fail") == "Fail"
+        self.judge_merged = _dict_at(doc.meta, "annotations").get(JUDGE_MERGED) == "true"
         self.conditions = self._list(spec, "matchConditions", "expression", findings)
         self.variables = self._list(spec, "variables", "expression", findings)
         self.validations = self._list(spec, "validations", "expression", findings)

@@ -28,6 +28,7 @@ from ...cluster.local import GPU_RESOURCE, PORT_NAMES, LocalCluster, NodePool, p
 from ...errors import UserError
 from ..base import NAMESPACE
 from ..hostcontrollers import CONTROLLER_IMAGES, HostControllers
+from ..memory import MemorySampler, sampler_for
 from ..smokejobs import accelerators, golden_runtimes, is_gpu, node_selector, pod_specs, tolerations
 from . import Provider
 
@@ -64,6 +65,8 @@ def pools_for(runtimes: list[dict[str, Any]]) -> list[NodePool]:
 
 
 NODE_MODES = ("kwok", "real", "both")
+# Real nodes by default: two, so that a two-node TrainJob's pods run on two machines and talk across them.
+DEFAULT_REAL_NODES = 2
 SIMULATED_TAINT = {"key": "trainstack.io/simulated", "value": "true", "effect": "NoSchedule"}
 REAL_NODE_TOOLS = ("kubelet", "kube-proxy", "containerd", "registry", "crane", "coredns")
 
@@ -137,6 +140,7 @@ class LocalProvider(Provider):
         controller_args: dict[str, list[str]] | None = None,
         reason: str = "",
         nodes: str = "kwok",
+        real_nodes: int = DEFAULT_REAL_NODES,
     ) -> None:
         self.run_dir = run_dir
         self.lock = lock or lockmod.load()
@@ -146,6 +150,9 @@ class LocalProvider(Provider):
         self.cluster: LocalCluster | None = None
         self.controllers: HostControllers | None = None
         self.nodes = nodes
+        self.real_nodes = real_nodes if nodes != "kwok" else 0
+        self.memory: MemorySampler | None = None
+        self.memory_report: dict[str, Any] = {}  # the cluster's peak resident memory, once it is down
         if nodes != "kwok":
             self.job_timeout = 300.0  # the first run on a machine pulls the torch image into containerd
             self.reason = reason or "a real node (kubelet + containerd in the cluster's own namespaces) beside KWOK pools"
@@ -181,12 +188,14 @@ class LocalProvider(Provider):
             host_namespaces=() if self.real else (NAMESPACE,),
             lock=self.lock,
             real_node=self.real,
+            real_nodes=self.real_nodes,
             image_names=self.needed_images(suite) if self.real else None,
         )
         self._save_state()
         self.cluster.start()
         self.kubeconfig = self.cluster.kubeconfig
         self._save_state()
+        self.memory = sampler_for(self.cluster)
         return self.cluster
 
     def describe(self) -> str:
@@ -200,7 +209,7 @@ class LocalProvider(Provider):
         )
         real = ""
         if self.real:
-            real = (f"real node {nodemod.NODE_NAME} (kubelet + containerd, sandbox {self.cluster.sandbox.netns}); "
+            real = (f"real nodes {self.node_lines()} (kubelet + containerd each); "
                     f"registry {nodemod.MIRROR} (host 127.0.0.1:{self.cluster.registry_port}); ")
         return f"kube-apiserver {self.cluster.server()}; {real}KWOK {pools or 'none'}"
 
@@ -230,7 +239,7 @@ class LocalProvider(Provider):
         if not self.real:
             return {}, []
         if self.is_real(job):
-            return {"kubernetes.io/hostname": nodemod.NODE_NAME}, []
+            return {"trainstack.io/node": "real"}, []
         return {"type": "kwok"}, [{"key": SIMULATED_TAINT["key"], "operator": "Exists", "effect": "NoSchedule"}]
 
     def while_installing(self, suite: Any, process: proc.Popen) -> str:
@@ -299,13 +308,24 @@ class LocalProvider(Provider):
             out.update({p.stem: p for p in self.cluster.logs_dir.glob("*.log")})
         if self.controllers is not None:
             out.update(self.controllers.logs())
-        node = getattr(self.cluster, "node", None) if self.cluster is not None else None
-        if node is not None:
-            out.update(node.logs())
-            # every container's log, as kubelet wrote it: pods/<namespace>_<pod>_<uid>/<container>/<n>.log
+        for node in getattr(self.cluster, "nodes", None) or []:
+            # every real node's daemons (real-0 also runs the registry), and every container's log as its
+            # kubelet wrote it: pods/<namespace>_<pod>_<uid>/<container>/<n>.log
+            out.update({f"{node.name}-{name}": path for name, path in node.logs().items()})
             for path in sorted((node.dir / "pods").glob("*/*/*.log")):
                 out[f"pod-{path.parent.parent.name.rsplit('_', 1)[0]}-{path.parent.name}-{path.stem}"] = path
         return out
+
+    def node_lines(self) -> str:
+        """Each real node: name, address, pod subnet and network namespace."""
+        nodes = getattr(self.cluster, "nodes", None) or []
+        return ", ".join(f"{n.name} {n.ip} pods {n.pod_subnet} netns {n.sandbox.netns}" for n in nodes)
+
+    def real_node_state(self) -> list[dict[str, Any]]:
+        """What `trainstack node status` shows of a kept cluster's real nodes: each one's parts and pids."""
+        return [{"name": n.name, "ip": n.ip, "podCIDR": n.pod_subnet, "netns": n.sandbox.netns,
+                 "logs": str(n.logs_dir), "pids": {name: p.pid for name, p in n.procs.items()}}
+                for n in getattr(self.cluster, "nodes", None) or []]
 
     def pids(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -332,17 +352,21 @@ class LocalProvider(Provider):
             "owner_pid": os.getpid(),
             "kept": kept,
             "controllers": self.controllers.pids() if self.controllers else {},
+            "real_nodes": self.real_node_state(),
         }
         path.write_text(json.dumps(state, indent=2))
 
     def down(self, keep: bool) -> str:
+        if self.memory is not None:
+            self.memory_report, self.memory = self.memory.stop(), None
         if keep and self.cluster is not None:
             self._save_state(kept=True)
             reach = ""
             if self.real and self.cluster.sandbox is not None:
                 reach = (f"API server 127.0.0.1:{self.cluster.ports()['kube-apiserver']} and registry "
                          f"127.0.0.1:{self.cluster.registry_port} forwarded into the cluster's namespace "
-                         f"(enter it: nsenter --net={self.cluster.sandbox.netns_path}); ")
+                         f"(enter it: nsenter --net={self.cluster.sandbox.netns_path}); real nodes: "
+                         f"{self.node_lines()}; ")
             return (
                 f"kept: export KUBECONFIG={self.cluster.kubeconfig}; kubectl get nodes,trainjobs -A; "
                 f"{reach}remove it with 'trainstack e2e down'"

@@ -1,0 +1,166 @@
+"""JAX and XGBoost TrainJobs that really train on the real node, submitted as an ML engineer does.
+
+`train_framework_with_sdk` submits examples/train_jax.py on `jax-distributed` or
+examples/train_xgboost.py on `xgboost-distributed` with two nodes through the Kubeflow SDK
+(`TrainerClient().train(...)` with examples/sdk_submit.py's CustomTrainer), waits for Complete,
+and reads each rank's JSON events from `get_job_logs`: both processes joined one distributed
+runtime (world size 2, a cross-process all-reduce), JAX's loss fell and both ranks hold the same
+weights, XGBoost's held-out score beats the trivial baseline and both workers hold the same model.
+The pods ran the image built for the runtime (jax-cpu, xgboost-cpu), Succeeded and exited 0.
+`FrameworkSteps` adds these to the Suite's real-node steps, and TrainJobs that name only a runtime
+(no trainer, so no command): each starts the runtime's image with its default command and ends Complete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import images, paths
+from .base import GROUP, RELEASE, SMOKE_NS, VERSION, Outcome, StepFn
+from .realnode import NODES, RealNodeFailure, RealNodeSteps, client, events, example_module, pod_facts, pods_of
+from .smokejobs import golden_runtimes
+
+
+@dataclass(frozen=True)
+class Framework:
+    name: str
+    runtime: str
+    script: str  # under examples/
+    image: str  # the builtImages entry the runtime's image resolves to on the real node
+    args: list[str] = field(default_factory=list)
+
+
+FRAMEWORKS = {
+    "jax": Framework("jax", "jax-distributed", "train_jax.py", "jax-cpu", ["--steps", "150", "--seed", "0"]),
+    "xgboost": Framework("xgboost", "xgboost-distributed", "train_xgboost.py", "xgboost-cpu",
+                         ["--rounds", "30", "--seed", "0"]),
+}
+
+
+def _one(found: list[dict[str, Any]], kind: str, name: str, rank: int) -> dict[str, Any]:
+    if len(found) != 1:
+        raise RealNodeFailure(f"TrainJob {name}: rank {rank} logged {len(found)} {kind!r} events, expected 1")
+    return found[0]
+
+
+def check_metrics(fw: Framework, name: str, dones: list[dict[str, Any]]) -> None:
+    """What each framework's run must show in its ranks' final events."""
+    digest = "weights_sha256" if fw.name == "jax" else "model_sha256"
+    if len({d[digest] for d in dones}) != 1:
+        raise RealNodeFailure(f"TrainJob {name}: the ranks ended with different models: {[d[digest] for d in dones]}")
+    d = dones[0]
+    if fw.name == "jax" and not d["loss_last"] < min(1e-3, d["loss_first"]):
+        raise RealNodeFailure(f"TrainJob {name}: the loss did not fall below 1e-3 ({d['loss_first']:.4g} -> "
+                              f"{d['loss_last']:.4g})")
+    if fw.name == "xgboost" and not (d["test_accuracy"] > d["baseline_accuracy"] + 0.2
+                                     and d["test_logloss"] < d["baseline_logloss"] and d["same_model_as_rank0"]):
+        raise RealNodeFailure(f"TrainJob {name}: the model does not beat the baseline: accuracy "
+                              f"{d['test_accuracy']:.3f} vs {d['baseline_accuracy']:.3f}, logloss "
+                              f"{d['test_logloss']:.3f} vs {d['baseline_logloss']:.3f}")
+
+
+def train_framework_with_sdk(kube: Any, kubeconfig: Path, framework: str, lock: Any, timeout: int = 300,
+                             cpu: str = "500m", memory: str = "1536Mi", real_nodes: int = 1) -> dict[str, Any]:
+    """Train examples/<framework> with NODES nodes through the SDK; with REAL_NODES >= NODES its pods must
+    have run on different nodes (the golden CPU runtime spreads them)."""
+    fw = FRAMEWORKS[framework]
+    tc = client(kubeconfig)
+    listed = sorted(r.name for r in tc.list_runtimes())
+    if fw.runtime not in listed:
+        raise RealNodeFailure(f"TrainerClient().list_runtimes() does not list {fw.runtime}: {', '.join(listed)}")
+    sdk = example_module("sdk_submit")
+    args = sdk.parse_args(["--runtime", fw.runtime, "--num-nodes", str(NODES), "--cpu", cpu, "--memory", memory,
+                           "--namespace", SMOKE_NS, "--script", str(paths.repo_root() / "examples" / fw.script),
+                           "--", *fw.args])
+    name = tc.train(runtime=fw.runtime, trainer=sdk.build_trainer(args))
+    try:
+        tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=2)
+    except (RuntimeError, TimeoutError, ValueError) as err:
+        raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {str(err).splitlines()[0][:300]}") from None
+    starts, dones = [], []
+    for rank in range(NODES):
+        lines = list(tc.get_job_logs(name, step=f"node-{rank}"))
+        starts.append(_one(events(lines, "start"), "start", name, rank))
+        dones.append(_one(events(lines, "done"), "done", name, rank))
+    for rank, (start, done) in enumerate(zip(starts, dones, strict=True)):
+        if (start["rank"], start["world_size"], done["world_size"]) != (rank, NODES, NODES):
+            raise RealNodeFailure(f"TrainJob {name}: pod {rank} ran as rank {start['rank']} of {start['world_size']}, "
+                                  f"expected rank {rank} of {NODES}")
+        if start["allreduce"] != start["allreduce_expected"]:
+            raise RealNodeFailure(f"TrainJob {name}: rank {rank}'s all-reduce gave {start['allreduce']}, expected "
+                                  f"{start['allreduce_expected']}")
+    check_metrics(fw, name, dones)
+    pods = sorted((pod_facts(p) for p in pods_of(kube, name)), key=lambda p: p["pod"])
+    image = images.reference(fw.image, lock)
+    good = [p for p in pods if p["phase"] == "Succeeded" and p["exit_code"] == 0 and p["image"] == image]
+    if len(pods) != NODES or len(good) != NODES:
+        raise RealNodeFailure(f"TrainJob {name}: expected {NODES} pods Succeeded with exit code 0 on {image}, "
+                              f"got {pods}")
+    if real_nodes >= NODES and len({p["node"] for p in pods}) != NODES:
+        raise RealNodeFailure(f"TrainJob {name}: its {NODES} pods ran on {sorted({p['node'] for p in pods})}, not on "
+                              f"{NODES} different real nodes")
+    return {"name": name, "framework": fw.name, "runtime": fw.runtime, "image": image, "world_size": NODES,
+            "pods": pods, "metrics": dones[0], "ranks": dones, "runtimes": listed}
+
+
+def describe(r: dict[str, Any]) -> str:
+    m = r["metrics"]
+    where = ", ".join(f"{p['pod']} on {p['node']}" for p in r["pods"])
+    if r["framework"] == "jax":
+        result = f"loss {m['loss_first']:.4g} -> {m['loss_last']:.4g} in {m['steps']} psum steps, same weights"
+    else:
+        result = (f"held-out accuracy {m['test_accuracy']:.3f} vs baseline {m['baseline_accuracy']:.3f}, logloss "
+                  f"{m['test_logloss']:.3f} vs {m['baseline_logloss']:.3f}, same model")
+    return (f"TrainerClient().train -> {r['name']} on {RELEASE}'s {r['runtime']} ({r['image']}), "
+            f"{r['world_size']} processes ({where}): {result} on both ranks (read with get_job_logs)")
+
+
+class FrameworkSteps(RealNodeSteps):
+    """The real node's steps plus a JAX and an XGBoost TrainJob (mixed into Suite)."""
+
+    framework_runs: dict[str, dict[str, Any]]  # each framework's result (train_framework_with_sdk)
+
+    def real_node_steps(self) -> list[tuple[str, StepFn]]:
+        return [*super().real_node_steps(),
+                ("SDK JAX TrainJob trains across real nodes", lambda: self.sdk_framework("jax")),
+                ("SDK XGBoost TrainJob trains across real nodes", lambda: self.sdk_framework("xgboost")),
+                ("TrainJobs naming only a runtime Complete", self.runtime_only)]
+
+    def runtime_only(self) -> Outcome | str:
+        """A TrainJob with nothing but runtimeRef on each CPU runtime whose image is built here: the
+        image's default command runs (upstream's images have one too) and the TrainJob ends Complete."""
+        runtimes = {"torch-distributed": "torch-cpu", "jax-distributed": "jax-cpu", "xgboost-distributed": "xgboost-cpu"}
+        rendered = {r["metadata"]["name"] for r in golden_runtimes(self.rendered)}
+        jobs = {f"plain-{rt.split('-')[0]}": (rt, built) for rt, built in runtimes.items() if rt in rendered}
+        if not jobs:
+            return f"skipped: env {self.env} renders none of {', '.join(runtimes)}"
+        manifests = [{"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainJob",
+                      "metadata": {"name": name, "namespace": SMOKE_NS},
+                      "spec": {"runtimeRef": {"name": rt, "kind": "ClusterTrainingRuntime", "apiGroup": GROUP}}}
+                     for name, (rt, _) in jobs.items()]
+        self.kube.kubectl("apply", "-f", "-", input_text=yaml.safe_dump_all(manifests))
+        self.wait_trainjobs({name: "Complete" for name in jobs}, timeout=self.provider.job_timeout)
+        seen: list[str] = []
+        found: dict[str, Any] = {}
+        for name, (rt, built) in jobs.items():
+            pods = [pod_facts(p) for p in pods_of(self.kube, name)]
+            image = images.reference(built, self.lock)
+            if not pods or any((p["phase"], p["exit_code"], p["image"]) != ("Succeeded", 0, image) for p in pods):
+                raise RealNodeFailure(f"TrainJob {name} on {rt}: expected its pods Succeeded with exit code 0 on "
+                                      f"{image}, got {pods}")
+            seen.append(f"{rt} ({image.rsplit('/', 1)[-1]})")
+            found[name] = {"runtime": rt, "image": image, "pods": pods}
+        self.kube.kubectl("delete", "trainjob", *jobs, "-n", SMOKE_NS, "--wait=false", check=False)
+        return Outcome(f"no trainer, no command: the image's default command ran and ended Complete on "
+                       f"{', '.join(seen)}", {"jobs": found})
+
+    def sdk_framework(self, framework: str) -> Outcome:
+        r = train_framework_with_sdk(self.kube, self.provider.kubeconfig, framework, self.lock,
+                                     timeout=int(self.provider.job_timeout),
+                                     real_nodes=len(getattr(self.provider.cluster, "nodes", None) or []))
+        self.framework_runs = {**getattr(self, "framework_runs", {}), framework: r}
+        return Outcome(describe(r), r)

@@ -1,0 +1,77 @@
+"""The jax-cpu and xgboost-cpu images, built for real into the cluster's registry (its storage is the
+trainstack cache's, so `trainstack e2e` finds them built): their config (default command, working
+directory, user, build key), zstd layers, and that their root filesystem runs the examples as user
+1000 with no network, as a pod runs them. Run it under `flock /tmp/realnode.lock` (the registry)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import ROOT
+from trainstack import images, paths
+from trainstack import lock as lockmod
+from trainstack.cluster import node as nodemod
+from trainstack.cluster import sandbox as sandboxmod
+
+pytestmark = pytest.mark.frameworks
+
+
+@pytest.fixture(scope="module")
+def builder(tmp_path_factory):
+    lock = lockmod.load()
+    work = tmp_path_factory.mktemp("registry")
+    box = sandboxmod.Sandbox(name=f"pytest-img-{os.getpid()}", workdir=work / "sandbox")
+    box.create()
+    try:
+        node = nodemod.RealNode(box, work / "pki", api_port=1, cache=paths.cache_dir() / "node", lock=lock)
+        node.dir.mkdir(parents=True, exist_ok=True)
+        node.write_registry_config()
+        node.start_registry()
+        yield images.Builder(box.enter_net(), lock)
+    finally:
+        box.destroy()
+
+
+def run_in_image(root, command: str) -> subprocess.CompletedProcess:
+    """COMMAND (bash) in the image's root filesystem as its user, in its working directory, without a network."""
+    env = ["/usr/bin/env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp", "PYTHONUNBUFFERED=1"]
+    return subprocess.run(["unshare", "--net", "chroot", "--userspec=1000:1000", str(root), *env, "/bin/bash",
+                           "-c", f"cd /workspace && {command}"], capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.parametrize(("name", "script", "args", "absent"), [
+    ("jax-cpu", "train_jax.py", "--steps 30", "kubernetes"),
+    ("xgboost-cpu", "train_xgboost.py", "--rounds 10", "torch"),
+])
+def test_framework_image_has_a_command_and_trains(builder, tmp_path, name, script, args, absent):
+    lock = builder.lock
+    built = builder.ensure(name)
+    print(f"{name}: {built.action} in {built.seconds:.1f}s, {built.size / 1e6:.1f} MB compressed")
+    assert built.reference == images.reference(name, lock) and built.size > 0
+    config = json.loads(builder.crane_ok("config", built.reference))["config"]
+    assert config["Cmd"] == ["/bin/bash"] and not config.get("Entrypoint")
+    assert (config["WorkingDir"], config["User"]) == ("/workspace", "1000:1000")
+    assert config["Labels"][images.KEY_LABEL] == images.recipe(name, lock).key
+    layers = json.loads(builder.crane_ok("manifest", built.reference))["layers"]
+    assert len(layers) == 2 and {layer["mediaType"] for layer in layers} == {images.ZSTD_MEDIA_TYPE}
+    assert builder.ensure(name).action == "up to date"
+
+    root = tmp_path / "root"
+    root.mkdir()
+    exported = builder.crane_run("export", built.reference, str(tmp_path / "fs.tar"), timeout=600)
+    assert exported.returncode == 0, exported.stderr
+    subprocess.run(["tar", "-xf", str(tmp_path / "fs.tar"), "-C", str(root)], check=True)
+    (tmp_path / "fs.tar").unlink()
+    shutil.copy(ROOT / "examples" / script, root / "workspace" / script)
+    result = run_in_image(root, f"python {script} {args}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    done = [json.loads(ln) for ln in result.stdout.splitlines() if ln.startswith('{"event": "done"')]
+    assert len(done) == 1 and done[0]["world_size"] == 1
+    probe = f"import importlib.util as u, sys; sys.exit(u.find_spec('{absent}') is not None)"
+    missing = run_in_image(root, f'python -c "{probe}"')
+    assert missing.returncode == 0, f"{name} has {absent}"

@@ -1,0 +1,83 @@
+"""The JAX and XGBoost training images and examples, without a cluster: what Trainer injects, where the
+runtimes' images resolve on the real node, and the images' pins and default commands."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from trainstack import images, petenv
+from trainstack.cluster import node as nodemod
+
+
+def test_injected_variables_follow_the_plugins():
+    assert petenv.jax_env("job", 2, 1) == {"JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "1",
+                                           "JAX_COORDINATOR_ADDRESS": "job-node-0-0.job:29500"}
+    assert petenv.xgboost_env("job", 2, 0) == {"DMLC_TRACKER_URI": "job-node-0-0.job", "DMLC_TRACKER_PORT": "29500",
+                                               "DMLC_TASK_ID": "0", "DMLC_NUM_WORKER": "2"}
+    # one worker per GPU on GPU nodes (the task id stays the pod's index)
+    assert petenv.xgboost_env("job", 2, 0, {"limits": {"nvidia.com/gpu": 4}})["DMLC_NUM_WORKER"] == "8"
+    with pytest.raises(Exception, match="outside a TrainJob of 2"):
+        petenv.jax_env("job", 2, 2)
+
+
+@pytest.mark.parametrize(("built", "runtime_image"), [("jax-cpu", "jax"), ("xgboost-cpu", "xgboost")])
+def test_the_runtimes_images_resolve_to_the_built_copy_in_the_clusters_registry(lock, built, runtime_image):
+    """global.imageRegistry swaps only the registry: the built image carries the runtime image's repository and
+    tag, so every TrainJob on jax-distributed or xgboost-distributed pulls it on the real node."""
+    upstream = lock.image(runtime_image)
+    assert images.reference(built, lock) == f"{nodemod.MIRROR}/{upstream.repository}:{upstream.tag}"
+
+
+@pytest.mark.parametrize(("built", "wanted", "unwanted"), [
+    ("jax-cpu", {"jax", "jaxlib"}, {"kubernetes"}),
+    ("xgboost-cpu", {"xgboost-cpu", "numpy", "scipy"}, {"xgboost", "nvidia-nccl-cu12"}),
+])
+def test_python_images_pin_every_package_exactly(lock, built, wanted, unwanted):
+    entry = images.spec(built, lock)
+    names = {str(r).split("==")[0].lower() for r in entry["pythonPackages"]}
+    assert all("==" in str(r) for r in entry["pythonPackages"])
+    assert wanted <= names and not names & unwanted
+    assert entry["kind"] == "python" and images.spec(entry["base"], lock)["kind"] == "debian"
+
+
+def test_every_debian_image_has_a_default_command_in_its_build_key(lock):
+    for name in images.names(lock):
+        entry = images.spec(name, lock)
+        if entry.get("kind") not in ("debian", "torch", "python"):
+            continue
+        assert entry.get("cmd"), f"builtImages.{name} has no default command"
+        if entry["kind"] != "torch":  # (torch-cpu's recipe needs the torch wheel)
+            rec = images.recipe(name, lock)
+            assert rec.cmd == entry["cmd"]
+            changed = {**lock.data["builtImages"][name], "cmd": ["sh"]}
+            lock.data["builtImages"][name] = changed
+            try:
+                assert images.recipe(name, lock).key != rec.key  # a new command rebuilds the image
+            finally:
+                lock.data["builtImages"][name] = entry
+
+
+@pytest.mark.parametrize("script", ["train_jax.py", "train_xgboost.py"])
+def test_examples_have_help_without_their_framework(script):
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--help"], capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0 and "usage:" in result.stdout
+
+
+def test_a_python_image_without_packages_or_a_name_is_one_clear_error(lock):
+    from trainstack.errors import UserError
+
+    saved = dict(lock.data["builtImages"]["xgboost-cpu"])
+    try:
+        lock.data["builtImages"]["xgboost-cpu"] = {k: v for k, v in saved.items() if k != "pythonPackages"}
+        with pytest.raises(UserError, match=r"builtImages.xgboost-cpu' \(kind python\) lists no pythonPackages"):
+            images.recipe("xgboost-cpu", lock)
+        lock.data["builtImages"]["xgboost-cpu"] = {k: v for k, v in saved.items() if k != "image"}
+        with pytest.raises(UserError, match=r"builtImages.xgboost-cpu' needs `image:`, or `repository:` and `tag:`"):
+            images.reference("xgboost-cpu", lock)
+    finally:
+        lock.data["builtImages"]["xgboost-cpu"] = saved

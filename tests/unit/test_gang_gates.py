@@ -1,0 +1,60 @@
+"""The local control plane runs the native gang scheduler: the lock's feature gates on the API server,
+controller manager and scheduler, its runtime config on the API server, for every cluster."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trainstack.cluster import controlplane
+from trainstack.errors import UserError
+
+
+def args_of(patches: list[dict], component: str) -> dict[str, str]:
+    found = [p for p in patches if p["name"] == component]
+    assert len(found) == 1, patches
+    return {a["key"]: a["value"] for a in found[0]["extraArgs"]}
+
+
+def test_lock_pins_the_1_36_gang_gates_and_the_podgroup_api(lock):
+    assert lock.kubernetes_version.startswith("v1.36.")
+    assert lock.kubernetes_feature_gates == {"GenericWorkload": True, "GangScheduling": True, "WorkloadWithJob": True}
+    assert lock.kubernetes_runtime_config == {"scheduling.k8s.io/v1alpha2": True}
+
+
+def test_gates_go_to_the_three_components_and_the_api_to_the_apiserver(lock):
+    patches = controlplane.with_feature_gates([], lock)
+    gates = "GenericWorkload=true,GangScheduling=true,WorkloadWithJob=true"
+    for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+        assert args_of(patches, component)["feature-gates"] == gates
+    assert args_of(patches, "kube-apiserver")["runtime-config"] == "scheduling.k8s.io/v1alpha2=true"
+    assert "runtime-config" not in args_of(patches, "kube-scheduler")
+    assert {p["name"] for p in patches} == {"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
+
+
+def test_gates_join_the_real_nodes_patches_without_dropping_them(lock):
+    real = [{"name": "kube-apiserver", "extraArgs": [{"key": "bind-address", "value": "0.0.0.0", "override": True}]},
+            {"name": "kwok-controller", "extraArgs": [{"key": "manage-all-nodes", "value": "false"}]}]
+    patches = controlplane.with_feature_gates(real, lock)
+    api = args_of(patches, "kube-apiserver")
+    assert api["bind-address"] == "0.0.0.0" and api["feature-gates"].startswith("GenericWorkload=true")
+    assert args_of(patches, "kwok-controller") == {"manage-all-nodes": "false"}
+    assert "feature-gates" in args_of(patches, "kube-scheduler")
+    assert real[0]["extraArgs"] == [{"key": "bind-address", "value": "0.0.0.0", "override": True}]
+
+
+def test_a_malformed_gate_entry_is_one_line_naming_the_entry(lock):
+    bad = dataclasses.replace(lock, data={**lock.data, "kubernetes": {**lock.data["kubernetes"],
+                                                                      "featureGates": {"GangScheduling": "yes"}}})
+    with pytest.raises(UserError) as err:
+        controlplane.with_feature_gates([], bad)
+    assert "kubernetes.featureGates" in err.value.message
+    assert any("kubernetes.featureGates" in p for p in bad.problems())
+
+
+def test_a_lock_without_gates_adds_no_flags(lock):
+    """A cluster started with such a lock (the refusal test's) runs with the components' defaults."""
+    bare = dataclasses.replace(lock, data={**lock.data, "kubernetes": {**lock.data["kubernetes"],
+                                                                       "featureGates": {}, "runtimeConfig": {}}})
+    assert controlplane.with_feature_gates([], bare) == []

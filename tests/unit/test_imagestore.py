@@ -1,0 +1,70 @@
+"""The real nodes' containerd image stores kept between clusters: who may claim one, and which images
+a reused store must drop before the kubelet starts."""
+
+from __future__ import annotations
+
+import fcntl
+import subprocess
+import sys
+
+from trainstack.cluster import imagestore
+
+LISTING = """REF TYPE DIGEST SIZE PLATFORMS LABELS
+localhost:5000/trainstack/python:bookworm application/vnd.oci.image.manifest.v1+json sha256:aaa 40.0 MiB linux/amd64 io.cri-containerd.image=managed
+localhost:5000/trainstack/python@sha256:aaa application/vnd.oci.image.manifest.v1+json sha256:aaa 40.0 MiB linux/amd64 io.cri-containerd.image=managed
+sha256:c0ffee application/vnd.oci.image.manifest.v1+json sha256:aaa 40.0 MiB linux/amd64 io.cri-containerd.image=managed
+localhost:5000/pause:3.10 application/vnd.oci.image.manifest.v1+json sha256:bbb 300 KiB linux/amd64 io.cri-containerd.image=managed
+localhost:5000/gone:v1 application/vnd.oci.image.manifest.v1+json sha256:ccc 1.0 MiB linux/amd64 io.cri-containerd.image=managed
+"""
+
+
+def test_a_rebuilt_tag_drops_every_ref_of_the_old_image_and_a_current_one_stays():
+    registry = {"localhost:5000/trainstack/python:bookworm": "sha256:new", "localhost:5000/pause:3.10": "sha256:bbb"}
+    stale = imagestore.stale_refs(LISTING, registry.get)
+    # python was rebuilt under the same tag: its tag, digest and ID refs go; the tag the registry no
+    # longer has goes; pause, unchanged, stays
+    assert stale == ["localhost:5000/gone:v1", "localhost:5000/trainstack/python:bookworm",
+                     "localhost:5000/trainstack/python@sha256:aaa", "sha256:c0ffee"]
+
+
+def test_a_store_matching_the_registry_keeps_everything():
+    registry = {"localhost:5000/trainstack/python:bookworm": "sha256:aaa", "localhost:5000/pause:3.10": "sha256:bbb",
+                "localhost:5000/gone:v1": "sha256:ccc"}
+    assert imagestore.stale_refs(LISTING, registry.get) == []
+
+
+def test_claims_take_distinct_stores_and_none_when_the_pool_is_taken(tmp_path):
+    first = imagestore.claim(tmp_path, size=2)
+    second = imagestore.claim(tmp_path, size=2)
+    assert first and second and first.root != second.root
+    assert not first.reused and not second.reused
+    assert imagestore.claim(tmp_path, size=2) is None  # both held: the node gets a root in its run directory
+    first.release()
+    again = imagestore.claim(tmp_path, size=2)
+    assert again and again.root == first.root
+    again.release()
+    second.release()
+
+
+def test_a_store_whose_database_a_live_containerd_holds_is_skipped(tmp_path):
+    """A kept cluster's node: the process that claimed the store is gone, its containerd still runs."""
+    db = tmp_path / "0" / "root" / imagestore.META_DB
+    db.parent.mkdir(parents=True)
+    db.write_bytes(b"")
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, sys, time; f = open(sys.argv[1], 'rb'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print('held', flush=True); time.sleep(60)"), str(db)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout and holder.stdout.readline().strip() == "held"
+        got = imagestore.claim(tmp_path, size=2)
+        assert got and got.root == tmp_path / "1" / "root"
+        got.release()
+    finally:
+        holder.kill()
+        holder.wait()
+    # containerd gone: the store is free again, and holds images from before
+    got = imagestore.claim(tmp_path, size=2)
+    assert got and got.root == tmp_path / "0" / "root" and got.reused
+    with open(db, "rb") as probe:  # the probe left no lock behind
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    got.release()
