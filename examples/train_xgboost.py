@@ -3,7 +3,8 @@
 Kubeflow Trainer's XGBoost plugin (v2.3.0) starts one worker per node pod on CPU and gives it
 DMLC_TRACKER_URI (pod 0 behind the JobSet's headless Service), DMLC_TRACKER_PORT (29500),
 DMLC_TASK_ID (the pod's completion index) and DMLC_NUM_WORKER. Worker 0 runs the Rabit tracker
-on that port (ranks ordered by task id); every worker joins the collective through it, builds a
+on that port (ranks ordered by task id); every worker waits for that name to resolve (pod 0
+is in DNS only once it has an address), then joins the collective through it, builds a
 QuantileDMatrix from its own shard (the quantile sketch is merged across workers) and trains the
 same boosted trees with hist, whose gradient histograms are all-reduced every round:
 
@@ -26,6 +27,7 @@ import argparse
 import hashlib
 import json
 import os
+import socket
 import sys
 import time
 
@@ -43,6 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--tracker-host", default="0.0.0.0",
                         help="address worker 0's tracker listens on (default 0.0.0.0: every address of the pod)")
     parser.add_argument("--log-every", type=int, default=5, help="print a round line every N rounds")
+    parser.add_argument("--resolve-timeout", type=float, default=300,
+                        help="seconds to wait for the tracker's address (pod 0) to resolve (default 300)")
     args = parser.parse_args(argv)
     for name in ("rounds", "samples", "features", "max_depth", "threads", "log_every"):
         if getattr(args, name) < 1:
@@ -52,6 +56,22 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def emit(**record: object) -> None:
     print(json.dumps(record), flush=True)
+
+
+def wait_for_host(host: str, port: int, timeout: float, resolve=socket.getaddrinfo) -> float:
+    """Wait until HOST resolves; the seconds waited. Pod 0's name (the JobSet's headless Service) is in DNS
+    only once that pod has an address, and a worker may start before it: XGBoost's collective retries a
+    refused connection (dmlc_retry) but fails at once on a name that does not resolve yet."""
+    started = time.monotonic()
+    while True:
+        try:
+            resolve(host, port, type=socket.SOCK_STREAM)
+            return time.monotonic() - started
+        except socket.gaierror as err:
+            if time.monotonic() - started >= timeout:
+                raise SystemExit(f"train_xgboost.py: the tracker's address {host} did not resolve within "
+                                 f"{timeout:.0f}s ({err})") from None
+            time.sleep(0.5)
 
 
 def make_data(seed: int, shard: int, rows: int, features: int):
@@ -110,14 +130,18 @@ def train(args: argparse.Namespace, rank: int, world: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.monotonic()
+    rank = int(os.environ.get("DMLC_TASK_ID", "0"))
+    world = int(os.environ.get("DMLC_NUM_WORKER", "1"))
+    port = int(os.environ.get("DMLC_TRACKER_PORT", "29500"))
+    if "DMLC_TRACKER_URI" in os.environ:
+        waited = wait_for_host(os.environ["DMLC_TRACKER_URI"], port, args.resolve_timeout)
+        if waited >= 1:
+            print(f"waited {waited:.1f}s for {os.environ['DMLC_TRACKER_URI']} to resolve", file=sys.stderr, flush=True)
     from xgboost import collective
     from xgboost.tracker import RabitTracker
 
-    rank = int(os.environ.get("DMLC_TASK_ID", "0"))
-    world = int(os.environ.get("DMLC_NUM_WORKER", "1"))
     tracker = None
     if "DMLC_TRACKER_URI" in os.environ:
-        port = int(os.environ.get("DMLC_TRACKER_PORT", "29500"))
         if rank == 0:
             tracker = RabitTracker(n_workers=world, host_ip=args.tracker_host, port=port, sortby="task")
             tracker.start()

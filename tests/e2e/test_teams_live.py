@@ -108,13 +108,13 @@ def test_kueue_quota_one_gpu_job_at_a_time_borrowing_up_to_the_limit(teams_platf
 
     # the first completes: the second runs
     tl.release(kube, "team-a", "a-first")
-    tl.wait_until(lambda: tl.state(kube, "team-a", "a-first")["complete"], "a-first Complete")
+    tl.wait_complete(kube, "team-a", "a-first")
     tl.wait_until(lambda: admitted_and_running("team-a", "a-second", 1), "a-second admitted after a-first")
     record("a-second")
 
     # team-b idle: team-a borrows one GPU (its borrowingLimit) and no more, though one stays idle
     tl.release(kube, "team-b", "b-busy")
-    tl.wait_until(lambda: tl.state(kube, "team-b", "b-busy")["complete"], "b-busy Complete")
+    tl.wait_complete(kube, "team-b", "b-busy")
     tl.wait_until(lambda: tl.gpu_usage(kube, "team-b")["total"] == 0, "team-b's GPUs free")
     tl.submit(kube, tl.gpu_trainjob("a-third", "team-a", "team-a", runtime))
     tl.wait_until(lambda: admitted_and_running("team-a", "a-third", 1), "a-third admitted on borrowed quota")
@@ -168,7 +168,7 @@ def test_kueue_managed_multi_node_trainjob_and_the_native_podgroup(teams_platfor
     # unset), unlike a TrainJob resumed without Kueue (tests/integration/test_gang.py): the group exists, the
     # gang is not enforced on these pods. docs/scheduling.md says so; Kueue's own admission is the guarantee.
     tl.release(kube, "team-b", "b-gang")
-    tl.wait_until(lambda: tl.state(kube, "team-b", "b-gang")["complete"], "b-gang Complete")
+    tl.wait_complete(kube, "team-b", "b-gang")
 
 
 def test_kueue_admits_all_or_nothing_wait_for_pods_ready(teams_platform):

@@ -3,6 +3,8 @@ runtimes' images resolve on the real node, and the images' pins and default comm
 
 from __future__ import annotations
 
+import importlib.util
+import os
 import subprocess
 import sys
 
@@ -81,3 +83,32 @@ def test_a_python_image_without_packages_or_a_name_is_one_clear_error(lock):
             images.reference("xgboost-cpu", lock)
     finally:
         lock.data["builtImages"]["xgboost-cpu"] = saved
+
+
+def test_xgboost_workers_wait_for_the_trackers_name_to_resolve(tmp_path):
+    """A worker that starts before pod 0 is in DNS waits for the name (XGBoost itself fails at once on a
+    name that does not resolve); one that never resolves ends with one line naming it, no traceback."""
+    import socket
+
+    spec = importlib.util.spec_from_file_location("train_xgboost", ROOT / "examples" / "train_xgboost.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    calls = []
+
+    def late(host, port, type=None):
+        calls.append(host)
+        if len(calls) < 3:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.244.0.5", port))]
+
+    assert mod.wait_for_host("job-node-0-0.job", 29500, timeout=30, resolve=late) >= 0.9
+    assert calls == ["job-node-0-0.job"] * 3
+    env = {**os.environ, "DMLC_TRACKER_URI": "no-such-pod-0.invalid", "DMLC_TRACKER_PORT": "29500",
+           "DMLC_TASK_ID": "1", "DMLC_NUM_WORKER": "2"}
+    # the real script, before it imports XGBoost (absent here): it stops at the name
+    result = subprocess.run([sys.executable, str(ROOT / "examples" / "train_xgboost.py"), "--resolve-timeout", "1"],
+                            capture_output=True, text=True, timeout=60, env=env, cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith(
+        "train_xgboost.py: the tracker's address no-such-pod-0.invalid did not resolve within 1s")

@@ -21,7 +21,17 @@ import yaml
 
 from .. import images, paths
 from .base import GROUP, RELEASE, SMOKE_NS, VERSION, Outcome, StepFn
-from .realnode import NODES, RealNodeFailure, RealNodeSteps, client, events, example_module, pod_facts, pods_of
+from .realnode import (
+    NODES,
+    RealNodeFailure,
+    RealNodeSteps,
+    client,
+    events,
+    example_module,
+    pod_facts,
+    pods_of,
+    why_not_complete,
+)
 from .smokejobs import golden_runtimes
 
 
@@ -80,7 +90,7 @@ def train_framework_with_sdk(kube: Any, kubeconfig: Path, framework: str, lock: 
     try:
         tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=2)
     except (RuntimeError, TimeoutError, ValueError) as err:
-        raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {str(err).splitlines()[0][:300]}") from None
+        raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {why_not_complete(kube, name, err)}") from None
     starts, dones = [], []
     for rank in range(NODES):
         lines = list(tc.get_job_logs(name, step=f"node-{rank}"))

@@ -117,6 +117,35 @@ def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
             "phase": status.get("phase"), "exit_code": ended.get("exitCode"), "container_id": main.get("containerID")}
 
 
+def why_not_complete(kube: Any, name: str, err: BaseException) -> str:
+    """One line on a TrainJob that did not reach Complete: what the SDK said, then each pod's phase, node,
+    exit code and reason, and the last log line of each container that ended non-zero (what a person
+    debugging it reads first; the artifacts hold the rest)."""
+    parts = [str(err).splitlines()[0][:300] if str(err) else type(err).__name__]
+    try:
+        pods = pods_of(kube, name)
+    except (UserError, OSError) as read_err:
+        return f"{parts[0]} (its pods could not be read: {read_err})"
+    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
+        facts = pod_facts(pod)
+        statuses = (pod.get("status") or {}).get("containerStatuses") or []
+        ended = next(((c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated") or {}
+                      for c in statuses if c.get("name") == "node"), {})
+        line = f"{facts['pod']} on {facts['node']}: {facts['phase']}"
+        if ended:
+            line += f" exit {ended.get('exitCode')} ({ended.get('reason', '')})"
+            if ended.get("exitCode"):
+                try:
+                    logs = kube.kubectl("logs", facts["pod"], "-n", SMOKE_NS, "-c", "node", "--tail", "3",
+                                        check=False).stdout.strip().splitlines()
+                except UserError:
+                    logs = []
+                if logs:
+                    line += f": {logs[-1][:300]}"
+        parts.append(line)
+    return "; ".join(parts)
+
+
 def in_cidr(ip: str | None, cidr: str | None) -> bool:
     return bool(ip and cidr) and ipaddress.ip_address(ip) in ipaddress.ip_network(cidr)  # type: ignore[arg-type]
 
@@ -143,7 +172,7 @@ def train_with_sdk(kube: Any, kubeconfig: Path, real_nodes: list[Any], timeout: 
     try:
         tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=2)
     except (RuntimeError, TimeoutError, ValueError) as err:
-        raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {str(err).splitlines()[0][:300]}") from None
+        raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {why_not_complete(kube, name, err)}") from None
     after = {n.name: n.sandbox.link_bytes() for n in linked}
     lines = list(tc.get_job_logs(name))
     loss = losses(lines)

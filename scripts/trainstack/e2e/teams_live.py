@@ -207,7 +207,8 @@ def state(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     }
 
 
-def wait_until(check: Callable[[], Any], what: str, timeout: float = 90, interval: float = 1.0) -> Any:
+def wait_until(check: Callable[[], Any], what: str, timeout: float = 90, interval: float = 1.0,
+               explain: Callable[[], Any] | None = None) -> Any:
     """Run `check()` until it returns something true; a UserError with the last value after `timeout`.
 
     The lists `check` read through this module (TrainJobs, Workloads, pods, ClusterQueues) are watched and
@@ -233,7 +234,33 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float = 90, interva
                 changes.changed(min(remaining, 5.0))
             else:
                 time.sleep(min(interval, remaining))
-    raise UserError(f"not within {timeout:.0f}s: {what} (last: {json.dumps(value, default=str)[:600]})")
+    said = f"not within {timeout:.0f}s: {what} (last: {json.dumps(value, default=str)[:600]})"
+    if explain is not None:
+        said += f"; {json.dumps(explain(), default=str)[:1500]}"
+    raise UserError(said)
+
+
+def wait_complete(kube: Any, namespace: str, name: str, timeout: float = 90) -> dict[str, Any]:
+    """Wait for TrainJob `name` to be Complete; on a timeout the error holds its state, the conditions of
+    its TrainJob, Workload, JobSet and Jobs, and each pod's phase and labels (what was still holding it)."""
+    def explain() -> dict[str, Any]:
+        api = kubeapi.for_kube(kube)
+        selector = f"{JOBSET_NAME_LABEL}={name}"
+        jobs = kubeapi.items(api, kubeapi.resource(api, "jobs", namespace), label_selector=selector)
+        jobsets = [j for j in kubeapi.items(api, kubeapi.resource(api, "jobsets", namespace))
+                   if j["metadata"]["name"] == name]
+        return {"state": state(kube, namespace, name),
+                "trainjob": conditions(trainjob(kube, namespace, name)),
+                "workload": conditions(workload(kube, namespace, name) or {}),
+                "jobsets": [conditions(j) for j in jobsets],
+                "jobs": {j["metadata"]["name"]: [conditions(j), (j.get("status") or {}).get("succeeded")] for j in jobs},
+                "pods": {p["metadata"]["name"]: [(p.get("status") or {}).get("phase"),
+                                                 (p["metadata"].get("labels") or {}).get(FAIL_LABEL),
+                                                 p["metadata"].get("deletionTimestamp")]
+                         for p in pods(kube, namespace, name)}}
+
+    return wait_until(lambda: (st := state(kube, namespace, name))["complete"] and st, f"{name} Complete",
+                      timeout=timeout, explain=explain)
 
 
 def gpu_usage(kube: Any, cluster_queue: str) -> dict[str, int]:
