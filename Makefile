@@ -10,6 +10,9 @@ PYTEST_ARGS ?=
 # The test tiers, one folder each under tests/, cheapest first (markers follow the folders: tests/conftest.py).
 TIERS := unit chart integration e2e
 TEST_TIMES := artifacts/test-times
+# A tier's own pytest arguments: the chart tier's files are independent (each renders into its own
+# temporary folders), so they run on every CPU, one file per worker (pytest-xdist).
+TIER_ARGS_chart := -n auto --dist loadfile
 
 .PHONY: setup setup-chart setup-cluster setup-bench venv tools deps render validate generate verify test test-fast test-unit test-chart test-integration test-e2e e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lint lock-check clean help
 .PHONY: setup-gitops e2e-gitops
@@ -50,7 +53,7 @@ validate: setup-chart ## validate ENV (default dev): schemas, CRD CEL rules, for
 docs: venv ## regenerate generated docs (chart README, README tables, values.schema.json)
 	$(TS) docs
 
-generate: setup-chart ## regenerate every generated file: the lock's and the release's versions, CHANGELOG.md, the docs, the guard-rail review, the golden renders (tests/chart/golden/)
+generate: setup-chart ## regenerate every generated file: the lock's and the release's versions, the Kueue configuration (upstream's default + ours), CHANGELOG.md, the docs, the guard-rail review, the golden renders (tests/chart/golden/)
 	$(TS) generate
 
 verify: setup-chart ## regenerate every generated file into a scratch copy of the checkout; fail naming each one that differs (about 35 s warm)
@@ -72,7 +75,7 @@ setup-cluster: setup-chart ## setup-chart + the cluster tools (etcd, kube-apiser
 # exit 5 (no tests collected) is a failure.
 $(addprefix tier-,$(TIERS)): tier-%:
 	@mkdir -p $(TEST_TIMES); start=$$(date +%s.%N); \
-	$(VENV)/bin/pytest tests/$* --junitxml=$(TEST_TIMES)/$*.xml $(PYTEST_ARGS); rc=$$?; \
+	$(VENV)/bin/pytest tests/$* --junitxml=$(TEST_TIMES)/$*.xml $(TIER_ARGS_$*) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests in tests/$*" >&2; rc=1; fi; \
 	$(VENV)/bin/python tests/support/tier_times.py $* $$start $$rc $(TEST_TIMES); exit $$rc
 

@@ -1,7 +1,8 @@
 """`trainstack generate` (make generate) and `trainstack verify` (make verify): every generated file.
 
 One list, STEPS, names every generator of a file trainstack commits: the versions the lock pins
-(`lock sync`), the version of the newest release (`_version.py`, Chart.yaml's `version`), CHANGELOG.md,
+(`lock sync`), the Kueue configuration string in values.yaml (`kueueconfig`), the version of the
+newest release (`_version.py`, Chart.yaml's `version`), CHANGELOG.md,
 the chart README, values.schema.json and the README tables (`trainstack docs`), docs/guardrails.md's
 table (`validate.review`) and the golden renders (tests/chart/golden.py). `generate` runs them in
 order on a checkout; `verify` runs the same steps on a scratch copy of the checkout (its tracked
@@ -57,6 +58,12 @@ def _lock_sync(root: Path) -> None:
     locksync.sync(root, lock=loaded)
 
 
+def _kueue_config(root: Path) -> None:
+    from . import kueueconfig
+
+    kueueconfig.write(root)
+
+
 def _version(root: Path) -> None:
     from . import release
 
@@ -103,6 +110,8 @@ class Step:
 # before the docs and the renders read them.
 STEPS = [
     Step("lock sync", "Chart.yaml dependencies, values.yaml images, the chart README header, pyproject.toml", _lock_sync),
+    Step("kueue config", "values.yaml's Kueue configuration string (upstream's default at the pinned Kueue + trainstack's keys)",
+         _kueue_config),
     Step("version", "scripts/trainstack/_version.py and Chart.yaml's version (the newest release)", _version),
     Step("changelog", "CHANGELOG.md (releases.yaml)", _changelog),
     Step("docs", "the chart README, values.schema.json, the README tables", _docs),

@@ -47,7 +47,7 @@ def _yaml() -> YAML:
     return y
 
 
-def _round_trip(text: str, edit: Callable[[object], None]) -> str:
+def round_trip(text: str, edit: Callable[[object], None]) -> str:
     y = _yaml()
     data = y.load(text)
     edit(data)
@@ -76,7 +76,7 @@ def chart_yaml(text: str, lock: lockmod.Lock, where: str) -> str:
             deps[pin.name]["repository"] = pin.oci
         chart["appVersion"] = lock.image(TRAINER_IMAGE).tag
 
-    return _round_trip(text, edit)
+    return round_trip(text, edit)
 
 
 def values_yaml(text: str, lock: lockmod.Lock, where: str) -> str:
@@ -99,7 +99,7 @@ def values_yaml(text: str, lock: lockmod.Lock, where: str) -> str:
                 block["repository"] = f"{image.registry}/{image.repository}"
             block["tag"] = image.tag
 
-    return _round_trip(text, edit)
+    return round_trip(text, edit)
 
 
 def readme_header(text: str, lock: lockmod.Lock, where: str) -> str:

@@ -238,23 +238,18 @@ def _kueue_config(docs):
 
 @pytest.mark.slow
 def test_installed_kueue_admits_all_or_nothing_and_is_otherwise_upstreams(chart_ready, lock):
-    """Kueue's controller configuration is one YAML string in the Kueue chart's values; trainstack's is
-    upstream's default at the pinned version plus waitForPodsReady with blockAdmission, so a Kueue bump
-    that changes upstream's default fails here until values.yaml follows it."""
-    import tarfile
+    """The installed Kueue runs upstream's default configuration at the pinned version (generated into
+    values.yaml from the built Kueue chart) plus waitForPodsReady with blockAdmission, nothing else."""
+    from trainstack import kueueconfig
 
-    ours = yaml.safe_load(yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())
-                          ["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
-    with tarfile.open(chart_ready / "charts" / f"kueue-{lock.chart('kueue').version}.tgz") as archive:
-        upstream = yaml.safe_load(yaml.safe_load(archive.extractfile("kueue/values.yaml").read())
-                                  ["managerConfig"]["controllerManagerConfigYaml"])
+    upstream = yaml.safe_load(kueueconfig.upstream_default(ROOT, lock))
     assert "waitForPodsReady" not in upstream  # upstream's default leaves blockAdmission off
-    assert {k: v for k, v in ours.items() if k != "waitForPodsReady"} == upstream
     deployed = _kueue_config(docs_of(helm_template("--set", "kueue.install=true").stdout))
     assert deployed["waitForPodsReady"] == {
         "timeout": "10m", "blockAdmission": True,
         "requeuingStrategy": {"timestamp": "Eviction", "backoffLimitCount": 5, "backoffBaseSeconds": 60,
                               "backoffMaxSeconds": 3600}}
+    assert {k: v for k, v in deployed.items() if k not in ("waitForPodsReady", "internalCertManagement")} == upstream
     assert "trainer.kubeflow.org/trainjob" in deployed["integrations"]["frameworks"]
     assert deployed["internalCertManagement"]["enable"] is True  # the Kueue chart's own addition, kept
 

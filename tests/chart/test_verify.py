@@ -27,9 +27,12 @@ def test_a_hand_edited_or_missing_generated_file_is_named(chart_ready, tmp_path:
         changelog.write("- a line written by hand\n")
     (copy / "tests/chart/golden/prod.yaml").unlink()  # gone from the tree: generate writes it again
     (copy / "scripts/trainstack/_version.py").write_text('__version__ = "9.9.9"\n')
+    values = copy / "charts/trainstack/values.yaml"  # upstream's part of the Kueue string, edited by hand
+    assert "        qps: 300\n" in values.read_text()
+    values.write_text(values.read_text().replace("        qps: 300\n", "        qps: 30\n"))
 
     result = run_cli("verify", env={"TRAINSTACK_ROOT": str(copy)}, cwd=copy, timeout=900)
     assert result.returncode == 1, result.stdout + result.stderr
-    assert result.stdout.splitlines() == ["stale: CHANGELOG.md", "stale: scripts/trainstack/_version.py",
-                                          "stale: tests/chart/golden/prod.yaml"]
+    assert result.stdout.splitlines() == ["stale: CHANGELOG.md", "stale: charts/trainstack/values.yaml",
+                                          "stale: scripts/trainstack/_version.py", "stale: tests/chart/golden/prod.yaml"]
     assert "make generate" in result.stderr and len(result.stderr.splitlines()) == 1

@@ -57,3 +57,18 @@ def test_partially_placed_jobs_count_binds_spread_over_more_than_a_second():
     recs["other"].expected, recs["other"].pod_bound = 2, {"a": 16.0, "b": 19.0}
     found = partial_placement(tracker, end=20.0)
     assert found == {"max_partially_placed": 2, "jobs_ever_partially_placed": 3, "longest_partial_s": 8.0}
+
+
+def test_the_gang_comparison_picture_is_drawn_from_the_recorded_figures(tmp_path):
+    """`--gpu-scheduling` draws bench/results/scale-gang.png from what it records: the picture of the
+    recorded run is drawn again from scale.json alone."""
+    import json
+
+    from conftest import ROOT
+    from trainstack.benchmarks.scale_report import plot_gang
+
+    recorded = json.loads((ROOT / "bench" / "results" / "scale.json").read_text())["gpu_scheduling"]
+    assert recorded["plot"] == "scale-gang.png" and (ROOT / "bench" / "results" / recorded["plot"]).is_file()
+    out = tmp_path / "gang.png"
+    plot_gang(recorded, out)
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and out.stat().st_size > 10_000

@@ -43,7 +43,7 @@ from ..e2e import suite as suitemod
 from ..e2e.providers.local import LocalProvider
 from ..errors import UserError
 from .scale_gang import compare
-from .scale_report import plot, table
+from .scale_report import plot, plot_gang, table
 from .scale_run import GOAL_RATIO, THREADS, Bench
 from .scale_workloads import PATHS, SEED
 
@@ -148,6 +148,9 @@ def with_gang_comparison(args: argparse.Namespace, jobs: int, nodes: int, seed: 
     comparison["load_average"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()],
                                   "cpus": os.cpu_count()}
     comparison["kwok_stages"] = KWOK_STAGES
+    folder.mkdir(parents=True, exist_ok=True)
+    plot_gang(comparison, folder / "scale-gang.png")
+    comparison["plot"] = "scale-gang.png"
     off, on = comparison["off"], comparison["on"]
     progress.info(f"gangs off: {off['trainjob_per_s']}/s, at most {off['max_partially_placed']} partially placed; "
                   f"on: {on['trainjob_per_s']}/s, at most {on['max_partially_placed']}")

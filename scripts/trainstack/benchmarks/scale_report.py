@@ -49,6 +49,49 @@ def plot(result: dict[str, Any], out: Path) -> None:
     plt.close(fig)
 
 
+GANG_STAGES = ("jobset_created", "pods_created", "pods_bound", "complete")
+
+
+def plot_gang(comparison: dict[str, Any], out: Path) -> None:
+    """`--gpu-scheduling`'s picture: stage latencies (p50 bar, p90 tick) and the partially placed jobs,
+    gang scheduling off and on side by side."""
+    import matplotlib  # lazy, as plot's
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    colors = {"off": "tab:gray", "on": "tab:purple"}
+    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [3, 2]})
+    width = 0.38
+    for i, mode in enumerate(("off", "on")):
+        run = comparison[mode]
+        xs = [n + (i - 0.5) * width for n in range(len(GANG_STAGES))]
+        p50 = [run["stages"].get(s, {}).get("p50", 0.0) for s in GANG_STAGES]
+        p90 = [run["stages"].get(s, {}).get("p90", 0.0) for s in GANG_STAGES]
+        left.bar(xs, p50, width * 0.95, color=colors[mode], alpha=0.75,
+                 label=f"gangs {mode}: {run['trainjob_per_s']}/s")
+        left.scatter(xs, p90, marker="_", s=400, color="black", zorder=3)
+        counts = [run["max_partially_placed"], run["jobs_ever_partially_placed"]]
+        bars = right.bar([n + (i - 0.5) * width for n in range(2)], counts, width * 0.95, color=colors[mode],
+                         alpha=0.75, label=f"gangs {mode}: {run['podgroups']} PodGroups "
+                                           f"({run['multi_node_trainjobs']} multi-node jobs)")
+        right.bar_label(bars, padding=2)
+    left.scatter([], [], marker="_", s=200, color="black", label="p90")
+    left.set_xticks(range(len(GANG_STAGES)), [s.replace("_", "\n") for s in GANG_STAGES])
+    left.set_ylabel("seconds after create (p50 bar)")
+    left.set_title("TrainJob stage latency")
+    left.legend()
+    right.set_xticks(range(2), ["most partially placed\nat one moment", "jobs ever\npartially placed"])
+    right.set_title(f"partially placed jobs (binds spread over more than {comparison['spread_s']} s)")
+    right.legend()
+    off = comparison["off"]
+    fig.suptitle(f"{off['trainjobs']} TrainJobs on {off['gpu_nodes']} GPU + {off['cpu_nodes']} CPU nodes (KWOK), "
+                 f"gang scheduling off and on: throughput {comparison['throughput_ratio_on_vs_off']:.2f}x with gangs")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def table(result: dict[str, Any]) -> None:
     rows = []
     for path in PATHS:

@@ -240,9 +240,11 @@ def wait_until(check: Callable[[], Any], what: str, timeout: float = 90, interva
     raise UserError(said)
 
 
-def wait_complete(kube: Any, namespace: str, name: str, timeout: float = 90) -> dict[str, Any]:
+def wait_complete(kube: Any, namespace: str, name: str, timeout: float = 240) -> dict[str, Any]:
     """Wait for TrainJob `name` to be Complete; on a timeout the error holds its state, the conditions of
-    its TrainJob, Workload, JobSet and Jobs, and each pod's phase and labels (what was still holding it)."""
+    its TrainJob, Workload, JobSet and Jobs, and each pod's phase and labels (what was still holding it).
+    The timeout leaves room for one PodsReadyTimeout eviction and Kueue's requeue backoff (60 s and up)
+    on a busy machine: completing is what callers rely on, not how fast."""
     def explain() -> dict[str, Any]:
         api = kubeapi.for_kube(kube)
         selector = f"{JOBSET_NAME_LABEL}={name}"
