@@ -15,7 +15,7 @@ TEST_TIMES := artifacts/test-times
 TIER_ARGS_chart := -n auto --dist loadfile
 
 .PHONY: setup setup-chart setup-cluster setup-bench venv tools deps render validate generate verify test test-fast test-unit test-chart test-integration test-e2e e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lint lock-check clean help
-.PHONY: setup-gitops e2e-gitops
+.PHONY: setup-gitops e2e-gitops test-matrix
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -114,6 +114,9 @@ e2e-lifecycle: setup ## upgrade from the last release (helm v4, then v3), rollba
 smoke-train: venv ## real torch DDP training smoke (two ranks on this machine)
 	$(TS) smoke install
 	$(TS) smoke train
+
+test-matrix: setup ## every tested Kubernetes release (lock: kubernetes.version and .matrix): build it, validate, e2e on KWOK nodes, upgrade from N-1, e2e on real nodes -> bench/results/matrix.json (not in make test; KUBE_VERSIONS=1.33,1.37 for some, MATRIX_PARTS=build,e2e for some parts)
+	$(TS) bench matrix $(if $(KUBE_VERSIONS),--kube-versions $(KUBE_VERSIONS)) $(if $(MATRIX_PARTS),--matrix-parts $(MATRIX_PARTS))
 
 setup-bench: setup ## make setup + the benchmarks' second validation peer (kubectl-validate)
 	$(TS) tools install --tier bench

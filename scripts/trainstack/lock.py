@@ -6,7 +6,9 @@ the lock file and the key, so a broken lock never surfaces as a KeyError traceba
 
 from __future__ import annotations
 
+import copy
 import functools
+import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -158,6 +160,72 @@ class Lock:
         """The local API server's --runtime-config (API group versions turned on or off)."""
         return self._switches("kubernetes", "runtimeConfig")
 
+    @property
+    def kubernetes_supported(self) -> tuple[str, str]:
+        """(oldest, newest) supported Kubernetes minor, as X.Y strings."""
+        ends = []
+        for end in ("oldest", "newest"):
+            value = self.get("kubernetes", "supported", end)
+            if not isinstance(value, str) or not re.fullmatch(r"1\.\d+", value):
+                raise UserError(f"{self.path}: lock entry 'kubernetes.supported.{end}' must be a Kubernetes minor "
+                                f"written as a string, e.g. \"1.33\"")
+            ends.append(value)
+        if minor_key(ends[0]) > minor_key(ends[1]):
+            raise UserError(f"{self.path}: kubernetes.supported: oldest {ends[0]} is newer than newest {ends[1]}")
+        return ends[0], ends[1]
+
+    @property
+    def kubernetes_constraint(self) -> str:
+        """Chart.yaml's kubeVersion for the supported range: every patch (and provider build, the -0) of the
+        oldest through the newest minor, nothing newer (a minor no test has run on is not claimed)."""
+        oldest, newest = self.kubernetes_supported
+        major, minor = newest.split(".")
+        return f">={oldest}.0-0 <{major}.{int(minor) + 1}.0-0"
+
+    def _matrix_entries(self) -> dict[str, dict[str, Any]]:
+        entries = self.get("kubernetes", "matrix")
+        if not isinstance(entries, dict) or not all(isinstance(e, dict) for e in entries.values()):
+            raise UserError(f"{self.path}: lock entry 'kubernetes.matrix' must map release versions to mappings")
+        for version, entry in entries.items():
+            where = f"kubernetes.matrix.{version}"
+            if not isinstance(version, str) or not re.fullmatch(r"v1\.\d+\.\d+", version):
+                raise UserError(f"{self.path}: {where}: the key must be a Kubernetes release (v1.X.Y)")
+            if not str(entry.get("sum", "")).startswith("h1:"):
+                raise UserError(f"{self.path}: lock entry '{where}.sum' must be the module's Go h1: checksum")
+            if set(entry) - {"sum", "featureGates", "runtimeConfig"}:
+                raise UserError(f"{self.path}: {where}: unknown keys {sorted(set(entry) - {'sum', 'featureGates', 'runtimeConfig'})} "
+                                "(sum, featureGates, runtimeConfig)")
+        return entries
+
+    def kubernetes_matrix(self) -> list[str]:
+        """Every Kubernetes release trainstack is tested on, oldest first: the pinned one and the matrix's."""
+        return sorted({self.kubernetes_version, *self._matrix_entries()}, key=release_key)
+
+    def kubernetes_sums(self) -> dict[str, str]:
+        """The h1: sum of each matrix release's k8s.io/kubernetes module zip, by release."""
+        return {version: str(entry["sum"]) for version, entry in self._matrix_entries().items()}
+
+    def for_kubernetes(self, version: str) -> Lock:
+        """This lock with VERSION as the Kubernetes release: the control plane and node tools, their feature
+        gates and runtime config, and validate's built-in schemas (a release of kubernetes.matrix)."""
+        if version == self.kubernetes_version:
+            return self
+        entries = self._matrix_entries()
+        if version not in entries:
+            raise UserError(f"{self.path}: Kubernetes {version} is not in kubernetes.matrix "
+                            f"(tested: {', '.join(self.kubernetes_matrix())})")
+        entry = entries[version]
+        data = copy.deepcopy(self.data)
+        kube = data["kubernetes"]
+        kube["version"] = version
+        kube["featureGates"] = dict(entry.get("featureGates") or {})
+        kube["runtimeConfig"] = dict(entry.get("runtimeConfig") or {})
+        for name in ("kubernetes", "kubernetes-node"):
+            data["tools"][name]["version"] = version
+        data["sources"]["kubernetes-openapi"] = {**data["sources"]["kubernetes-openapi"], "version": version,
+                                                 "sum": entry["sum"]}
+        return Lock(path=self.path, data=data)
+
     def tool(self, name: str) -> Tool:
         entry = self.get("tools", name)
         if not isinstance(entry, dict):
@@ -258,6 +326,19 @@ class Lock:
         check(lambda: self.kubernetes_version)
         check(lambda: self.kubernetes_feature_gates)
         check(lambda: self.kubernetes_runtime_config)
+        try:
+            oldest, newest = self.kubernetes_supported
+            tested = {minor_of(v) for v in self.kubernetes_matrix()}
+            for end in (oldest, newest):
+                if end not in tested:
+                    found.append(f"{self.path}: kubernetes.supported names {end}, but no release of {end} is tested "
+                                 "(kubernetes.version or kubernetes.matrix)")
+            for version in self.kubernetes_matrix():
+                if not minor_key(oldest) <= minor_key(minor_of(version)) <= minor_key(newest):
+                    found.append(f"{self.path}: Kubernetes {version} is tested but outside kubernetes.supported "
+                                 f"({oldest} to {newest})")
+        except UserError as err:
+            found.append(err.message)
         for section in ("tools", "charts", "images", "sources"):
             try:
                 names = list(self.get(section))
@@ -291,9 +372,43 @@ class Lock:
         return found
 
 
+def minor_of(version: str) -> str:
+    """"1.33" of v1.33.13."""
+    return ".".join(version.lstrip("v").split(".")[:2])
+
+
+def minor_key(minor: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in minor.split("."))
+
+
+def release_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.lstrip("v").split(".")[:3])
+
+
+# Run on another tested Kubernetes release: `make test-matrix` sets it for each release of kubernetes.matrix,
+# and every lock read in that process and its children sees that release (Lock.for_kubernetes).
+KUBERNETES_ENV = "TRAINSTACK_KUBERNETES"
+
+
 def load(path: Path | None = None) -> Lock:
-    """The lock at path (default: the repository's), parsed; raises UserError when unusable."""
-    return _load(Path(path) if path else paths.lock_path())
+    """The lock at path (default: the repository's), parsed; raises UserError when unusable. With
+    TRAINSTACK_KUBERNETES set, the lock as it is for that release of kubernetes.matrix."""
+    lock = _load(Path(path) if path else paths.lock_path())
+    release = os.environ.get(KUBERNETES_ENV, "").strip()
+    return _for_release(lock, release) if release else lock
+
+
+_DERIVED: dict[tuple[Path, str], tuple[Lock, Lock]] = {}  # (path, release) -> (the lock read, its derived lock)
+
+
+def _for_release(lock: Lock, release: str) -> Lock:
+    key = (lock.path, release)
+    if key not in _DERIVED or _DERIVED[key][0] is not lock:
+        try:
+            _DERIVED[key] = (lock, lock.for_kubernetes(release))
+        except UserError as err:
+            raise UserError(f"{KUBERNETES_ENV}={release}: {err.message}") from None
+    return _DERIVED[key][1]
 
 
 @lru_cache(maxsize=8)

@@ -3,7 +3,7 @@ carry them, so each version is written once (in trainstack.lock.yaml) and nowher
 
 What is written from where:
 - charts/trainstack/Chart.yaml: each dependency's version and repository (lock `charts`), and
-  appVersion (the Trainer controller's image tag);
+  appVersion (the Trainer controller's image tag) and kubeVersion (kubernetes.supported);
 - charts/trainstack/values.yaml: every `images.<name>` entry (lock `images`), and the image keys
   of the upstream subcharts (`kubeflow-trainer.image`, `jobset.image`, `lws.image.manager`,
   `kueue.controllerManager.manager.image`), comments and order kept (round-trip YAML);
@@ -75,6 +75,7 @@ def chart_yaml(text: str, lock: lockmod.Lock, where: str) -> str:
             deps[pin.name]["version"] = pin.version
             deps[pin.name]["repository"] = pin.oci
         chart["appVersion"] = lock.image(TRAINER_IMAGE).tag
+        chart["kubeVersion"] = lock.kubernetes_constraint
 
     return round_trip(text, edit)
 

@@ -161,6 +161,18 @@ def last_cut(releases: list[Release]) -> Release | None:
     return next((r for r in releases if r.cut), None)
 
 
+def previous(root: Path | None = None) -> str:
+    """N-1, what upgrades are tested from: the newest cut release older than the working tree's chart
+    (N: Chart.yaml's version, pending until cut, or already cut from this tree's history)."""
+    root = root or paths.repo_root()
+    chart = root / "charts" / "trainstack" / "Chart.yaml"
+    current = chart_version(chart.read_text(), str(chart))
+    older = [r for r in load(releases_path(root)) if r.cut and r.version != current]
+    if not older:
+        raise UserError(f"{releases_path(root)}: no cut release before {current} to upgrade from")
+    return older[0].version
+
+
 def pending(releases: list[Release]) -> Release | None:
     return releases[0] if not releases[0].cut else None
 

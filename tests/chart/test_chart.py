@@ -104,3 +104,20 @@ def test_chart_also_works_with_helm_v3(chart_ready, lock):
     key = lambda d: (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"])
     assert sorted(map(key, v3)) == sorted(map(key, v4))
     assert helm_template("--set", "jobsett.x=1", binary="helm3", check=False).returncode != 0
+
+
+@pytest.mark.parametrize("binary", ["helm", "helm3"])
+def test_the_chart_installs_on_each_end_of_the_supported_range_and_refuses_outside_it(chart_ready, lock, binary):
+    """kubeVersion is the tested range (docs/support.md): helm itself refuses a cluster older than the oldest
+    or newer than the newest tested minor, naming the range; a provider's build (-eks-...) of a supported
+    minor is accepted."""
+    oldest, newest = lock.kubernetes_supported
+    newer = f"1.{int(newest.split('.')[1]) + 1}"
+    older = f"1.{int(oldest.split('.')[1]) - 1}"
+    for inside in (f"{oldest}.0", f"v{newest}.9-eks-1a2b3c"):
+        result = helm_template("--kube-version", inside, binary=binary, check=False)
+        assert result.returncode == 0, (inside, result.stderr)
+    for outside in (f"{older}.20", f"{newer}.0"):
+        result = helm_template("--kube-version", outside, binary=binary, check=False)
+        assert result.returncode != 0
+        assert lock.kubernetes_constraint in result.stderr and "incompatible" in result.stderr, result.stderr

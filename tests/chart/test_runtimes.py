@@ -7,6 +7,7 @@ import yaml
 
 from conftest import ROOT, helm_template, render_env, run_cli
 from runtime_support import by_name, docs_of_kind, rendered_runtimes
+from trainstack import lock as lockmod
 
 pytestmark = pytest.mark.slow
 
@@ -174,11 +175,19 @@ def test_chart_refuses_a_gang_choice_whose_podgroup_api_the_cluster_does_not_ser
     assert helm_template("--set", f"scheduling.gang={gang}", "--api-versions", PODGROUP_APIS[gang]).returncode == 0
 
 
-def test_native_gang_is_refused_on_kubernetes_other_than_1_36(chart_ready):
-    """1.37 replaced the Job controller's inference with an opt-in field: native here means 1.36 only."""
-    refused = helm_template("--set", "scheduling.gang=native", "--api-versions", PODGROUP_APIS["native"],
-                            "--kube-version", "v1.37.0", check=False)
-    assert refused.returncode != 0 and "scheduling.gang=native" in refused.stderr and "1.37.0" in refused.stderr
+@pytest.mark.parametrize("release", lockmod.load().kubernetes_matrix())
+def test_native_gang_is_refused_on_every_tested_release_but_1_36(chart_ready, release):
+    """docs/support.md's feature table: 1.37 replaced the Job controller's inference with an opt-in field and
+    1.35 and older have no WorkloadWithJob, so native means 1.36 only; on the others the render is one line
+    naming the release, even with the PodGroup API served."""
+    result = helm_template("--set", "scheduling.gang=native", "--api-versions", PODGROUP_APIS["native"],
+                           "--kube-version", release, check=False)
+    if release.startswith("v1.36."):
+        assert result.returncode == 0, result.stderr
+        return
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("Error:")]
+    assert result.returncode != 0 and len(errors) == 1, result.stderr
+    assert "scheduling.gang=native" in errors[0] and release.lstrip("v") in errors[0], errors[0]
 
 
 def test_an_unknown_gang_choice_is_refused_by_the_schema(chart_ready):

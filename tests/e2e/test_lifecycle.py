@@ -39,13 +39,7 @@ FIGURES = Path(os.environ.get("TRAINSTACK_LIFECYCLE_FIGURES", "")) if os.environ
 
 
 def previous_release() -> str:
-    """N-1: the newest cut release older than the working tree's chart (N: Chart.yaml's version,
-    pending until cut, or already cut from this tree's history)."""
-    chart = ROOT / "charts" / "trainstack" / "Chart.yaml"
-    current = release.chart_version(chart.read_text(), str(chart))
-    older = [r for r in release.load(ROOT / "releases.yaml") if r.cut and r.version != current]
-    assert older, f"releases.yaml records no cut release before {current} to upgrade from"
-    return older[0].version
+    return release.previous(ROOT)
 
 
 class Lifecycle:

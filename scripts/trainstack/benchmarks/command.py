@@ -28,8 +28,10 @@ PARTS: dict[str, str] = {
     "gitops": "trainstack.benchmarks.gitops:run",
     "tests": "trainstack.benchmarks.tests:run",
     "fuzz": "trainstack.benchmarks.fuzz:run",
+    "matrix": "trainstack.benchmarks.matrix:run",
 }
-# `trainstack bench` with no part runs these; `tests` (the whole of `make test` on a fresh clone) only when named.
+# `trainstack bench` with no part runs these; `tests` (the whole of `make test` on a fresh clone) and `matrix`
+# (every tested Kubernetes release, `make test-matrix`) only when named.
 DEFAULT_PARTS = ("validate", "e2e", "scale", "gitops", "fuzz")
 
 
@@ -62,20 +64,24 @@ def run(args: argparse.Namespace) -> int:
     unknown = [n for n in names if n not in PARTS]
     if unknown:
         raise UserError(f"unknown bench part(s): {', '.join(unknown)}", f"known: {', '.join(PARTS)}", exit_code=2)
-    rows = []
+    rows, records = [], []
     for name in names:
         record = run_part(name, args)
+        records.append((name, record))
         rows.append(
             (name, f"{record['wall_seconds']:.1f}", record.get("summary", ""),
              str(Path(getattr(args, "results_dir", None) or results_dir()) / f"{name}.json"))
         )
     progress.table("trainstack bench", ["part", "seconds", "result", "file"], rows)
+    failed = [f"{name}: {', '.join(record['failed'])}" for name, record in records if record.get("failed")]
+    if failed:  # a part that tests something (matrix) fails the command when a check failed
+        raise UserError(f"bench failed: {'; '.join(failed)}", "the part's JSON file has each failure's line and log")
     return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("bench", help="benchmarks; results in bench/results/<part>.json")
-    parser.add_argument("parts", nargs="*", help=f"parts to run (default {', '.join(DEFAULT_PARTS)}; also: tests)")
+    parser.add_argument("parts", nargs="*", help=f"parts to run (default {', '.join(DEFAULT_PARTS)}; also: tests, matrix)")
     parser.add_argument("--runs", type=int, default=1, help="repetitions where a part supports it (default 1)")
     parser.add_argument(
         "--cold",
@@ -104,5 +110,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                       help="examples per property test (default 5000; CI runs 60-250, derandomized)")
     tests = parser.add_argument_group("tests (make test per tier on a fresh clone of HEAD)")
     tests.add_argument("--tiers", metavar="LIST", help="tiers to time, comma-separated (default unit,chart,integration,e2e)")
+    matrix = parser.add_argument_group("matrix (the chart on every tested Kubernetes release; make test-matrix)")
+    matrix.add_argument("--kube-versions", metavar="LIST",
+                        help="releases to run, comma-separated X.Y or vX.Y.Z (default: every tested one, "
+                             "kubernetes.version and kubernetes.matrix)")
+    matrix.add_argument("--matrix-parts", metavar="LIST",
+                        help="parts per release, comma-separated (default build,validate,e2e,upgrade,real)")
     parser.add_argument("--results-dir", type=Path, help="write results here (default bench/results)")
     parser.set_defaults(func=run)

@@ -163,9 +163,10 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
             )
         return f"{len(self.rendered)} objects, runtimes: {', '.join(r['metadata']['name'] for r in runtimes)}"
 
-    def cluster_up(self) -> str:
+    def cluster_up(self) -> Outcome:
         self.kube = self.provider.up(self)
-        return self.provider.describe()
+        version = self.kube.kubectl_json("version").get("serverVersion", {}).get("gitVersion", "")
+        return Outcome(self.provider.describe(), {"serverVersion": version})
 
     def helm_cmd(self, *args: str) -> list[str]:
         return [

@@ -61,6 +61,10 @@ def _kube_source(lock: lockmod.Lock, minor: str | None) -> tuple[str, str | None
             versions.setdefault(_minor(source.version), source.version)
             if versions[_minor(source.version)] == source.version:
                 candidates[_minor(source.version)] = source.sum
+    for version, sum_ in lock.kubernetes_sums().items():  # the other releases make test-matrix runs on
+        versions.setdefault(_minor(version), version)
+        if versions[_minor(version)] == version:
+            candidates[_minor(version)] = sum_
     want = minor or _minor(lock.kubernetes_version)
     if want not in versions:
         raise UsageError(f"--kube-version {want}: no Kubernetes {want} is pinned (pinned: "

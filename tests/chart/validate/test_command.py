@@ -70,6 +70,19 @@ def test_kube_version_accepts_the_pinned_minor(tmp_path: Path, lock):
     assert command.run([str(path), "--kube-version", f"v{minor}.0"])[0] == 0
 
 
+def test_kube_version_of_the_oldest_tested_release_has_its_own_schemas(tmp_path: Path, lock):
+    """Every release of the lock's kubernetes.matrix has its built-in schemas (the module zip verified against
+    the matrix's sum): a Pod field added after the oldest supported minor is unknown there, known on the pinned one."""
+    oldest = lock.kubernetes_supported[0]
+    path = tmp_path / "pod.yaml"
+    path.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  hostnameOverride: trainer-0\n"
+                    "  containers: [{name: c, image: 'busybox:1.36'}]\n")
+    old = cli(str(path), "--kube-version", oldest, "-o", "json")
+    assert old.returncode == 1, old.stderr
+    assert [f["rule"] for f in json.loads(old.stdout)["findings"]] == ["unknown-field"], old.stdout
+    assert cli(str(path)).returncode == 0
+
+
 def test_schema_cache_lives_under_the_cache_dir_not_the_repo(catalog):
     from trainstack import paths
 

@@ -1,0 +1,200 @@
+"""`trainstack bench matrix` (`make test-matrix`): the chart on every Kubernetes release it claims.
+
+For each release the lock tests (kubernetes.version and kubernetes.matrix; docs/support.md), in a
+process of its own with TRAINSTACK_KUBERNETES set to it, so every lock read sees that release:
+
+- build: kube-apiserver, kube-controller-manager, kube-scheduler and kubectl of that release from
+  k8s.io/kubernetes, into the tool cache like every pinned tool (a warm run skips it);
+- validate: every environment's render (`helm template --kube-version` of that release, so the chart's
+  kubeVersion is checked) and the examples, against that release's built-in schemas;
+- e2e: `trainstack e2e --provider local --nodes kwok` on that release's control plane: helm install,
+  the policies enforced by that API server, the smoke TrainJobs Complete, a failing one Failed, uninstall;
+- upgrade: `trainstack e2e --upgrade-from N-1 --helm helm` on it: TrainJobs in flight survive the
+  upgrade to the working tree and the rollback;
+- real: that release's kubelet and kube-proxy (built on first use, like the control plane) on the
+  local cluster's real nodes with containerd: the controllers as pods, the torch TrainJobs on real
+  pods (`trainstack e2e --nodes real`). Needs `make setup` (the node's Debian packages, the images).
+
+A failing part does not stop the others: bench/results/matrix.json has every release x part with its
+result, seconds and, for a failure, the line that says why. Not part of `make test` (tens of minutes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import lock as lockmod
+from .. import paths, proc, progress, release, tools
+from ..errors import UsageError, output_line
+
+PARTS = ("build", "validate", "e2e", "upgrade", "real")
+ENVIRONMENTS = ("dev", "staging", "prod", "cpu-only")
+# Examples every release must accept (examples/policies holds deliberately denied objects; examples/teams is
+# values files).
+EXAMPLES = ("examples/trainjobs",)
+TIMEOUT_S = {"build": 3600, "validate": 900, "e2e": 1800, "upgrade": 1800, "real": 3600}
+
+
+def releases(lock: lockmod.Lock, wanted: str | None) -> list[str]:
+    """The tested releases, oldest first; or those of WANTED (comma-separated X.Y or vX.Y.Z)."""
+    tested = lock.kubernetes_matrix()
+    if not wanted:
+        return tested
+    out = []
+    for item in (w.strip() for w in wanted.split(",") if w.strip()):
+        match = [v for v in tested if v == item or v == f"v{item}" or lockmod.minor_of(v) == item.lstrip("v")]
+        if not match:
+            raise UsageError(f"--kube-versions: {item} is not tested (tested: {', '.join(tested)})",
+                             "add it to kubernetes.matrix in trainstack.lock.yaml")
+        out += [v for v in match if v not in out]
+    return out
+
+
+def commands(part: str, version: str, previous: str) -> list[list[str]]:
+    """The trainstack command lines PART runs for VERSION (TRAINSTACK_KUBERNETES carries the release)."""
+    ts = [sys.executable, "-m", "trainstack"]
+    if part == "build":
+        return [[*ts, "tools", "install", "kubernetes"]]
+    if part == "validate":
+        envs = [arg for env in ENVIRONMENTS for arg in ("--env", env)]
+        return [[*ts, "validate", *envs, *EXAMPLES]]
+    if part == "e2e":
+        return [[*ts, "e2e", "--provider", "local", "--nodes", "kwok", "--env", "dev"]]
+    if part == "upgrade":
+        return [[*ts, "e2e", "--provider", "local", "--nodes", "kwok", "--upgrade-from", previous, "--helm", "helm"]]
+    if part == "real":  # that release's kubelet and kube-proxy (built on first use) on the real nodes
+        return [[*ts, "tools", "install", "kubernetes-node"],
+                [*ts, "e2e", "--provider", "local", "--nodes", "real", "--env", "dev"]]
+    raise ValueError(part)
+
+
+def run_part(part: str, version: str, previous: str, logs: Path) -> dict[str, Any]:
+    """One part on one release: passed, seconds, why (a failure's line), and the e2e's steps."""
+    env = dict(os.environ, **{lockmod.KUBERNETES_ENV: version})
+    log = logs / f"{version}-{part}.log"
+    log.write_text("")
+    start = time.monotonic()
+    out: dict[str, Any] = {"passed": True}
+    with tempfile.TemporaryDirectory() as tmp:
+        summary = Path(tmp) / "summary.json"
+        env["TRAINSTACK_E2E_SUMMARY"] = str(summary)
+        for argv in commands(part, version, previous):
+            with log.open("a") as sink:
+                sink.write(f"$ {lockmod.KUBERNETES_ENV}={version} {' '.join(argv[1:])}\n")
+                sink.flush()
+                result = proc.run(argv, check=False, cwd=paths.repo_root(), env=env, stdout=sink,
+                                  stderr=proc.STDOUT, timeout=TIMEOUT_S[part])
+            if result.returncode != 0:
+                out = {"passed": False, "exit": result.returncode,
+                       "why": output_line(log.read_text(), markers=("error", "FAIL"), empty=f"exit {result.returncode}")}
+                break
+        if summary.is_file():
+            data = json.loads(summary.read_text())
+            out["steps"] = [{k: s.get(k) for k in ("step", "result", "seconds")} for s in data.get("steps", [])]
+            served = served_release(data, version)
+            out.update(served if out["passed"] else {k: v for k, v in served.items() if k == "served"})
+    out["seconds"] = round(time.monotonic() - start, 1)
+    out["log"] = str(log.relative_to(paths.repo_root()))
+    return out
+
+
+def served_release(summary: dict[str, Any], version: str) -> dict[str, Any]:
+    """What API server the e2e ran on (its cluster step's serverVersion): a run on another release than
+    VERSION fails the part, so a matrix row never reports the pinned release's result as another's."""
+    served = [s["data"]["serverVersion"] for s in summary.get("steps", []) if (s.get("data") or {}).get("serverVersion")]
+    if not served:
+        return {"passed": False, "why": "the e2e summary names no API server version (its cluster never came up)"}
+    if served[0] != version:
+        return {"served": served[0], "passed": False, "why": f"ran on Kubernetes {served[0]}, not {version}"}
+    return {"served": served[0]}
+
+
+def build_seconds(lock: lockmod.Lock, tool: str) -> float | None:
+    """How long this release's build of TOOL (kubernetes: the control plane; kubernetes-node) took, as the
+    tool cache recorded it (None: not built here, or reused from PATH)."""
+    try:
+        stamp = json.loads((tools.tool_dir(lock.tool(tool)) / tools.STAMP).read_text())
+    except (OSError, ValueError):
+        return None
+    seconds = stamp.get("seconds")
+    return round(float(seconds), 1) if isinstance(seconds, int | float) and stamp.get("source") == "go build" else None
+
+
+def table(results: list[dict[str, Any]], parts: tuple[str, ...], lock: lockmod.Lock) -> str:
+    """bench/results/matrix.md: release x part, pass or FAIL with seconds, and the build times."""
+    def cell(entry: dict[str, Any] | None) -> str:
+        if not entry:
+            return "not run"
+        return f"{'pass' if entry['passed'] else '**FAIL**'} ({entry['seconds']:.0f} s)"
+
+    def built(seconds: float | None) -> str:
+        return "-" if seconds is None else f"{seconds:.0f} s"
+
+    lines = [
+        "# The Kubernetes matrix",
+        "",
+        f"Written by `make test-matrix` (`trainstack bench matrix`); chart kubeVersion `{lock.kubernetes_constraint}`.",
+        "What each part runs: docs/support.md. Build: the release's control plane (and, for `real`, kubelet and",
+        "kube-proxy) from k8s.io/kubernetes, as the tool cache recorded it when it was built.",
+        "",
+        f"| release | {' | '.join(parts)} | build | node build |",
+        f"|---|{'---|' * len(parts)}---|---|",
+    ]
+    for row in results:
+        cells = [cell(row["parts"].get(part)) for part in parts]
+        name = row["version"] + (" (make test's)" if row.get("pinned") else "")
+        lines.append(f"| {name} | {' | '.join(cells)} | {built(row.get('build_seconds'))} | "
+                     f"{built(row.get('node_build_seconds'))} |")
+    failures = [(row["version"], part, entry.get("why", "")) for row in results
+                for part, entry in row["parts"].items() if not entry["passed"]]
+    if failures:
+        lines += ["", "Failures:", ""] + [f"- {version} {part}: {why}" for version, part, why in failures]
+    return "\n".join(lines) + "\n"
+
+
+def summarize(results: list[dict[str, Any]], parts: tuple[str, ...]) -> tuple[str, list[str]]:
+    """(one summary line, the failures as 'vX.Y.Z part' strings)."""
+    failed = [f"{r['version']} {p}" for r in results for p in parts if not r["parts"].get(p, {}).get("passed")]
+    passed = sum(1 for r in results if all(r["parts"].get(p, {}).get("passed") for p in parts))
+    line = f"{passed} of {len(results)} Kubernetes releases passed {', '.join(parts)}"
+    return (line + (f"; failed: {', '.join(failed)}" if failed else "")), failed
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    lock = lockmod.load()
+    versions = releases(lock, getattr(args, "kube_versions", None))
+    parts = tuple(p.strip() for p in (getattr(args, "matrix_parts", None) or ",".join(PARTS)).split(",") if p.strip())
+    unknown = [p for p in parts if p not in PARTS]
+    if unknown:
+        raise UsageError(f"--matrix-parts: unknown {', '.join(unknown)} (known: {', '.join(PARTS)})")
+    previous = release.previous()
+    logs = paths.repo_root() / "artifacts" / "matrix"
+    logs.mkdir(parents=True, exist_ok=True)
+    results = []
+    for version in versions:
+        row: dict[str, Any] = {"version": version, "minor": lockmod.minor_of(version),
+                               "pinned": version == lock.kubernetes_version, "parts": {}}
+        for part in parts:
+            with progress.step(f"Kubernetes {version}: {part}"):
+                row["parts"][part] = run_part(part, version, previous, logs)
+        row["build_seconds"] = build_seconds(lock.for_kubernetes(version), "kubernetes")
+        row["node_build_seconds"] = build_seconds(lock.for_kubernetes(version), "kubernetes-node")
+        results.append(row)
+    summary, failed = summarize(results, parts)
+    progress.table("trainstack matrix", ["release", *parts, "build (s)"],
+                   [(r["version"], *("pass" if r["parts"][p]["passed"] else "FAIL" for p in parts),
+                     "-" if r["build_seconds"] is None else f"{r['build_seconds']:.0f}") for r in results])
+    oldest, newest = lock.kubernetes_supported
+    out_dir = Path(getattr(args, "results_dir", None) or paths.repo_root() / "bench" / "results")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "matrix.md").write_text(table(results, parts, lock))
+    return {"summary": summary, "failed": failed, "supported": {"oldest": oldest, "newest": newest},
+            "kubeVersion": lock.kubernetes_constraint, "upgrade_from": previous, "parts": list(parts),
+            "releases": results}

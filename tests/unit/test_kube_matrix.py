@@ -1,0 +1,156 @@
+"""The Kubernetes releases trainstack claims and tests: the lock's kubernetes.supported and .matrix, the
+chart's kubeVersion written from them, a release chosen with TRAINSTACK_KUBERNETES, and how
+`make test-matrix` (trainstack bench matrix) picks releases and sums up."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from conftest import ROOT, run_cli
+from trainstack import lock as lockmod
+from trainstack.benchmarks import matrix
+from trainstack.errors import UsageError, UserError
+
+
+def with_kube(lock: lockmod.Lock, **changes) -> lockmod.Lock:
+    data = copy.deepcopy(lock.data)
+    data["kubernetes"].update(changes)
+    return lockmod.Lock(path=lock.path, data=data)
+
+
+def test_the_chart_claims_exactly_the_supported_range_and_both_ends_are_tested(lock):
+    oldest, newest = lock.kubernetes_supported
+    chart = yaml.safe_load((ROOT / "charts" / "trainstack" / "Chart.yaml").read_text())
+    assert chart["kubeVersion"] == f">={oldest}.0-0 <1.{int(newest.split('.')[1]) + 1}.0-0"
+    tested = {lockmod.minor_of(v) for v in lock.kubernetes_matrix()}
+    assert {oldest, newest} <= tested
+    # upstream Trainer's own default (1.35) and the control plane make test runs on are tested too
+    assert {"1.35", lockmod.minor_of(lock.kubernetes_version)} <= tested
+
+
+def test_every_minor_of_the_range_is_tested(lock):
+    oldest, newest = (int(m.split(".")[1]) for m in lock.kubernetes_supported)
+    assert {lockmod.minor_of(v) for v in lock.kubernetes_matrix()} == {f"1.{m}" for m in range(oldest, newest + 1)}
+
+
+def test_a_matrix_release_swaps_the_control_plane_its_gates_and_validates_schemas(lock):
+    other = next(v for v in lock.kubernetes_matrix() if v != lock.kubernetes_version)
+    derived = lock.for_kubernetes(other)
+    assert derived.kubernetes_version == other
+    assert derived.tool("kubernetes").version == derived.tool("kubernetes-node").version == other
+    assert derived.source("kubernetes-openapi").version == other
+    assert derived.source("kubernetes-openapi").sum == lock.kubernetes_sums()[other]
+    assert derived.kubernetes_feature_gates == lock.data["kubernetes"]["matrix"][other].get("featureGates", {})
+    # the lock read is untouched, and the pinned release is the lock itself
+    assert lock.tool("kubernetes").version == lock.kubernetes_version
+    assert lock.for_kubernetes(lock.kubernetes_version) is lock
+
+
+def test_an_untested_release_is_one_line_naming_the_lock_and_the_tested_ones(lock):
+    with pytest.raises(UserError) as err:
+        lock.for_kubernetes("v1.30.1")
+    assert "kubernetes.matrix" in err.value.message and lock.kubernetes_version in err.value.message
+
+
+def test_trainstack_kubernetes_picks_the_release_for_every_lock_read(monkeypatch, lock):
+    other = next(v for v in lock.kubernetes_matrix() if v != lock.kubernetes_version)
+    monkeypatch.setenv(lockmod.KUBERNETES_ENV, other)
+    assert lockmod.load(ROOT / "trainstack.lock.yaml").tool("kubernetes").version == other
+    monkeypatch.delenv(lockmod.KUBERNETES_ENV)
+    assert lockmod.load(ROOT / "trainstack.lock.yaml").tool("kubernetes").version == lock.kubernetes_version
+
+
+def test_an_untested_release_in_the_environment_is_one_line():
+    result = run_cli("tools", "list", env={lockmod.KUBERNETES_ENV: "v1.30.1"})
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines()[-1].startswith("error: TRAINSTACK_KUBERNETES=v1.30.1:"), result.stderr
+
+
+@pytest.mark.parametrize(("changes", "fragment"), [
+    ({"supported": {"oldest": "1.32", "newest": "1.37"}}, "names 1.32, but no release of 1.32 is tested"),
+    ({"supported": {"oldest": "1.34", "newest": "1.37"}}, "is tested but outside kubernetes.supported"),
+    ({"supported": {"oldest": "1.37", "newest": "1.33"}}, "oldest 1.37 is newer than newest 1.33"),
+    ({"supported": {"oldest": 1.33, "newest": "1.37"}}, "kubernetes.supported.oldest"),
+    ({"matrix": {"v1.33.13": {"sum": "md5:x"}}}, "kubernetes.matrix.v1.33.13.sum"),
+    ({"matrix": {"1.33": {"sum": "h1:x"}}}, "must be a Kubernetes release"),
+    ({"matrix": {"v1.33.13": {"sum": "h1:x", "gates": {}}}}, "unknown keys ['gates']"),
+])
+def test_a_broken_range_or_matrix_is_named_by_lock_check(lock, changes, fragment):
+    problems = with_kube(lock, **changes).problems()
+    assert any(fragment in p for p in problems), problems
+
+
+def test_the_pinned_lock_has_no_range_problems(lock):
+    assert lock.problems() == []
+
+
+def test_matrix_releases_by_minor_or_release_and_unknown_is_a_usage_error(lock):
+    tested = lock.kubernetes_matrix()
+    assert matrix.releases(lock, None) == tested
+    oldest = tested[0]
+    assert matrix.releases(lock, f"{lockmod.minor_of(oldest)}, {tested[-1]}") == [oldest, tested[-1]]
+    with pytest.raises(UsageError) as err:
+        matrix.releases(lock, "1.20")
+    assert "1.20 is not tested" in err.value.message
+
+
+def test_each_part_runs_trainstack_for_the_release_and_upgrades_from_n_minus_1():
+    assert matrix.commands("build", "v1.33.13", "0.2.0")[0][-3:] == ["tools", "install", "kubernetes"]
+    validate = matrix.commands("validate", "v1.33.13", "0.2.0")[0]
+    assert all(env in validate for env in matrix.ENVIRONMENTS) and "--kube-version" not in validate
+    e2e = matrix.commands("e2e", "v1.33.13", "0.2.0")[0]
+    assert e2e[e2e.index("--nodes") + 1] == "kwok"
+    upgrade = matrix.commands("upgrade", "v1.33.13", "0.2.0")[0]
+    assert upgrade[upgrade.index("--upgrade-from") + 1] == "0.2.0"
+
+
+def test_the_summary_counts_releases_that_passed_every_part_and_names_each_failure():
+    results = [
+        {"version": "v1.33.13", "parts": {"e2e": {"passed": True}, "upgrade": {"passed": False}}},
+        {"version": "v1.37.2", "parts": {"e2e": {"passed": True}, "upgrade": {"passed": True}}},
+    ]
+    line, failed = matrix.summarize(results, ("e2e", "upgrade"))
+    assert failed == ["v1.33.13 upgrade"]
+    assert line.startswith("1 of 2 Kubernetes releases passed")
+
+
+def test_the_ci_matrix_has_one_job_per_tested_release_read_from_the_lock():
+    """.github/workflows/matrix.yaml lists no version: its first job prints the lock's releases (the same
+    function make test-matrix uses) and the second runs make test-matrix for each, which the Makefile has."""
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "matrix.yaml").read_text())
+    read = " ".join(step.get("run", "") for step in workflow["jobs"]["releases"]["steps"])
+    assert "kubernetes_matrix()" in read
+    job = workflow["jobs"]["kubernetes"]
+    assert job["strategy"]["matrix"]["release"] == "${{ fromJSON(needs.releases.outputs.releases) }}"
+    runs = [step.get("run", "") for step in job["steps"]]
+    assert "make test-matrix KUBE_VERSIONS=${{ matrix.release }}" in runs
+    assert "\ntest-matrix:" in (ROOT / "Makefile").read_text()
+    assert "v1." not in (ROOT / ".github" / "workflows" / "matrix.yaml").read_text()
+
+
+def test_a_part_that_ran_on_another_api_server_than_its_release_fails():
+    def summary(version):
+        return {"steps": [{"step": "render the chart", "data": {}},
+                          {"step": "cluster (local)", "data": {"serverVersion": version}}]}
+    assert matrix.served_release(summary("v1.33.13"), "v1.33.13") == {"served": "v1.33.13"}
+    wrong = matrix.served_release(summary("v1.36.3"), "v1.33.13")
+    assert wrong["passed"] is False and wrong["served"] == "v1.36.3"
+    assert matrix.served_release({"steps": []}, "v1.33.13")["passed"] is False
+
+
+def test_the_table_has_a_row_per_release_and_names_each_failure(lock):
+    results = [
+        {"version": "v1.33.13", "pinned": False, "build_seconds": 480.0, "node_build_seconds": None,
+         "parts": {"e2e": {"passed": True, "seconds": 40.2},
+                   "upgrade": {"passed": False, "seconds": 12.0, "why": "helm upgrade failed"}}},
+        {"version": lock.kubernetes_version, "pinned": True, "build_seconds": None, "node_build_seconds": None,
+         "parts": {"e2e": {"passed": True, "seconds": 37.0}, "upgrade": {"passed": True, "seconds": 66.0}}},
+    ]
+    text = matrix.table(results, ("e2e", "upgrade"), lock)
+    rows = [ln for ln in text.splitlines() if ln.startswith("| v")]
+    assert rows[0] == "| v1.33.13 | pass (40 s) | **FAIL** (12 s) | 480 s | - |"
+    assert rows[1].startswith(f"| {lock.kubernetes_version} (make test's) | pass (37 s) | pass (66 s) |")
+    assert "- v1.33.13 upgrade: helm upgrade failed" in text
