@@ -154,7 +154,10 @@ def kustomize_build(env: str, lock: lockmod.Lock | None = None) -> str:
     restrictor = load_restrictor_args(env)  # checks the values files first: a missing one is one line
     deps.ensure(lock)
     helm_bin = tools.require("helm", lock)
-    result = helm.run(["build", "--enable-helm", *restrictor, "--helm-command", str(helm_bin), str(directory)],
+    # Capabilities.KubeVersion of the lock's release (the chart's kubeVersion and version checks see it), not the
+    # version helm was built with; TRAINSTACK_KUBERNETES renders for another tested release (make test-matrix)
+    result = helm.run(["build", "--enable-helm", *restrictor, "--helm-command", str(helm_bin),
+                       "--helm-kube-version", lock.kubernetes_version, str(directory)],
                       lock=lock, binary="kustomize", check=False)
     if result.returncode != 0:
         raise UserError(f"overlays/{env}: kustomize build failed: {helm.first_error_line(result.stderr)}",

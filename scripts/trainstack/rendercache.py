@@ -24,6 +24,8 @@ from pathlib import Path
 
 import yaml
 
+from . import lock as lockmod
+
 KEEP = 16
 # What `render --cache-dir` says on stderr when it printed a stored render (the GitOps e2e counts it
 # in the CMP server's log of the plugin's output).
@@ -41,8 +43,10 @@ def _files(root: Path) -> Iterator[Path]:
 
 
 def tree_key(root: Path, env: str) -> str:
-    """The render's key: ENV, the Python and PyYAML that print it, and every file of the tree."""
-    digest = hashlib.sha256(f"env={env}\npython={sys.version}\npyyaml={yaml.__version__}\n".encode())
+    """The render's key: ENV, the Kubernetes release it renders for (TRAINSTACK_KUBERNETES, else the lock's), the
+    Python and PyYAML that print it, and every file of the tree."""
+    release = os.environ.get(lockmod.KUBERNETES_ENV, "")
+    digest = hashlib.sha256(f"env={env}\nkubernetes={release}\npython={sys.version}\npyyaml={yaml.__version__}\n".encode())
     for path in _files(root):
         rel = path.relative_to(root).as_posix()
         if path.is_symlink():

@@ -42,13 +42,15 @@ def containers(obj: dict) -> list[dict]:
 
 
 @pytest.mark.parametrize("env", ENVIRONMENTS)
-def test_render_equals_plain_kustomize_with_the_pinned_tools(env, chart_ready):
-    """What Argo CD (or a user) gets from `kustomize build --enable-helm` is what render prints."""
+def test_render_equals_plain_kustomize_with_the_pinned_tools(env, chart_ready, lock):
+    """What Argo CD (or a user) gets from `kustomize build --enable-helm` for the cluster's Kubernetes release
+    (Argo CD passes the destination's as --helm-kube-version) is what render prints."""
     from trainstack import tools
 
     kustomize, helm = tools.require("kustomize"), tools.require("helm")
     # the command docs/gitops.md gives: staging and prod read overlays/shared/, outside their folder
     built = subprocess.run([str(kustomize), "build", "--enable-helm", "--load-restrictor", "LoadRestrictionsNone",
+                            "--helm-kube-version", lock.kubernetes_version,
                             "--helm-command", str(helm), str(ROOT / "overlays" / env)], capture_output=True,
                            text=True, cwd=ROOT, timeout=600, check=False)
     assert built.returncode == 0, built.stderr
@@ -370,3 +372,19 @@ def test_trainer_pdb_value_is_schema_checked(chart_ready):
     assert misspelt.returncode != 0 and "enabeld" in misspelt.stderr
     wrong = helm_template("--set", "kubeflow-trainer.manager.podDisruptionBudget.minAvailable=most", check=False)
     assert wrong.returncode != 0 and "minAvailable" in wrong.stderr
+
+
+def test_render_is_for_the_locks_release_or_the_one_asked_for(lock):
+    """render passes the release to helm (--helm-kube-version): what depends on the cluster's version, here the team
+    namespaces' Pod Security version, follows the lock's release, or a tested one's (validate --kube-version,
+    make test-matrix), not the version helm was built with."""
+    from trainstack import lock as lockmod
+    from trainstack import render
+
+    def psa_versions(objects):
+        return {o["metadata"]["labels"]["pod-security.kubernetes.io/enforce-version"] for o in objects
+                if o.get("kind") == "Namespace" and "trainstack.io/team" in o["metadata"].get("labels", {})}
+
+    oldest = lock.kubernetes_matrix()[0]
+    assert psa_versions(render.render_objects("prod", lock)) == {f"v{lockmod.minor_of(lock.kubernetes_version)}"}
+    assert psa_versions(render.render_objects("prod", lock.for_kubernetes(oldest))) == {f"v{lockmod.minor_of(oldest)}"}

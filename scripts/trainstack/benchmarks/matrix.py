@@ -127,7 +127,7 @@ def build_seconds(lock: lockmod.Lock, tool: str) -> float | None:
     return round(float(seconds), 1) if isinstance(seconds, int | float) and stamp.get("source") == "go build" else None
 
 
-def table(results: list[dict[str, Any]], parts: tuple[str, ...], lock: lockmod.Lock) -> str:
+def table(results: list[dict[str, Any]], parts: tuple[str, ...], lock: lockmod.Lock, commit: str = "") -> str:
     """bench/results/matrix.md: release x part, pass or FAIL with seconds, and the build times."""
     def cell(entry: dict[str, Any] | None) -> str:
         if not entry:
@@ -140,7 +140,8 @@ def table(results: list[dict[str, Any]], parts: tuple[str, ...], lock: lockmod.L
     lines = [
         "# The Kubernetes matrix",
         "",
-        f"Written by `make test-matrix` (`trainstack bench matrix`); chart kubeVersion `{lock.kubernetes_constraint}`.",
+        (f"Written by `make test-matrix` (`trainstack bench matrix`){f' at {commit}' if commit else ''}; chart kubeVersion "
+         f"`{lock.kubernetes_constraint}`."),
         "What each part runs: docs/support.md. Build: the release's control plane (and, for `real`, kubelet and",
         "kube-proxy) from k8s.io/kubernetes, as the tool cache recorded it when it was built.",
         "",
@@ -175,6 +176,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if unknown:
         raise UsageError(f"--matrix-parts: unknown {', '.join(unknown)} (known: {', '.join(PARTS)})")
     previous = release.previous()
+    root = paths.repo_root()
+    head = proc.output(["git", "-C", str(root), "rev-parse", "HEAD"]).strip()
+    dirty = bool(proc.output(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"]).strip())
     logs = paths.repo_root() / "artifacts" / "matrix"
     logs.mkdir(parents=True, exist_ok=True)
     results = []
@@ -194,7 +198,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     oldest, newest = lock.kubernetes_supported
     out_dir = Path(getattr(args, "results_dir", None) or paths.repo_root() / "bench" / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "matrix.md").write_text(table(results, parts, lock))
+    (out_dir / "matrix.md").write_text(table(results, parts, lock, head + (" with uncommitted changes" if dirty else "")))
     return {"summary": summary, "failed": failed, "supported": {"oldest": oldest, "newest": newest},
             "kubeVersion": lock.kubernetes_constraint, "upgrade_from": previous, "parts": list(parts),
+            "commit": head, "uncommitted_changes": dirty,
             "releases": results}

@@ -77,11 +77,15 @@ def _validate(args: argparse.Namespace, stdin_text: str | None) -> report.Result
     if documents.STDIN in files:
         texts[documents.STDIN] = stdin_text if stdin_text is not None else _read_stdin()
     lock = lockmod.load()
+    # --env renders for the release whose schemas are asked for (a tested one: the chart's kubeVersion and
+    # version checks see it), else for the lock's
+    tested = [v for v in lock.kubernetes_matrix() if lockmod.minor_of(v) == minor]
+    render_lock = lock.for_kubernetes(tested[0]) if tested else lock
     for env in args.env:
         from .. import render
 
         label = f"<render --env {env}>"
-        texts[label] = render.to_stream(render.render_objects(env, lock))
+        texts[label] = render.to_stream(render.render_objects(env, render_lock))
         files.append(label)
     catalog = schemas.load(lock, minor)
     options = engine.Options(strict=args.strict, policies=args.policies, jobs=args.jobs)
