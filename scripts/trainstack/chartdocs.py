@@ -115,7 +115,7 @@ def runtime_catalog(chart_dir: Path | None = None) -> list[dict]:
     chart_dir = chart_dir or paths.chart_dir()
     values = yaml.safe_load((chart_dir / "values.yaml").read_text())
     found = []
-    for path in sorted((paths.repo_root() / "runtimes").glob("*.yaml")):
+    for path in sorted((paths.runtimes_dir()).glob("*.yaml")):
         skeleton = yaml.safe_load(path.read_text())
         ann = skeleton["metadata"]["annotations"]
         upstream = skeleton["metadata"]["name"]
@@ -135,7 +135,7 @@ def runtime_catalog(chart_dir: Path | None = None) -> list[dict]:
 
 
 def runtime_table(chart_dir: Path | None = None) -> str:
-    """Markdown table of the golden runtimes, from runtimes/ and the chart values."""
+    """Markdown table of the golden runtimes, from files/runtimes/ and the chart values."""
     chart_dir = chart_dir or paths.chart_dir()
     values = yaml.safe_load((chart_dir / "values.yaml").read_text())
     rows = ["| runtime | upstream | framework | accelerator | image | what it sets | default | when to use it |",
@@ -173,7 +173,7 @@ def policy_table(chart_dir: Path | None = None) -> str:
     envs = {env: render.env_values(env) for env in render.environments()}
     header = "| rule | policy | protects | " + " | ".join(envs) + " |"
     rows = [header, "|---|---|---|" + "---|" * len(envs)]
-    for path in sorted((paths.repo_root() / "policies").glob("*.yaml")):
+    for path in sorted((paths.policies_dir()).glob("*.yaml")):
         policy = yaml.safe_load(path.read_text())
         ann = policy["metadata"]["annotations"]
         rule = ann["trainstack.io/rule"]

@@ -176,7 +176,7 @@ def _tree(root: Path) -> set[str]:
         dirs[:] = [d for d in dirs if d not in SKIP_NAMES and d != ".git"
                    and not _under((base / d).relative_to(root).as_posix(), BUILD_OUTPUTS)]
         out.update((base / name).relative_to(root).as_posix() for name in files if not name.endswith(".pyc"))
-        # a symlink to a folder (runtimes/, policies/) is listed by os.walk among dirs, not followed
+        # a symlink to a folder is listed by os.walk among dirs, not followed
         out.update((base / d).relative_to(root).as_posix() for d in dirs if (base / d).is_symlink())
     return out
 

@@ -222,6 +222,9 @@ class Lock:
         kube["runtimeConfig"] = dict(entry.get("runtimeConfig") or {})
         for name in ("kubernetes", "kubernetes-node"):
             data["tools"][name]["version"] = version
+        for image in (data.get("builtImages") or {}).values():  # the pause image is tagged with the release
+            if isinstance(image, dict) and image.get("tag") == self.kubernetes_version:
+                image["tag"] = version
         data["sources"]["kubernetes-openapi"] = {**data["sources"]["kubernetes-openapi"], "version": version,
                                                  "sum": entry["sum"]}
         return Lock(path=self.path, data=data)

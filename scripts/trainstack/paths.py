@@ -38,5 +38,15 @@ def chart_dir() -> Path:
     return repo_root() / "charts" / "trainstack"
 
 
+def runtimes_dir(root: Path | None = None) -> Path:
+    """The golden runtimes' skeletons: chart files (charts/trainstack/files/runtimes), one per upstream runtime."""
+    return (root or repo_root()) / "charts" / "trainstack" / "files" / "runtimes"
+
+
+def policies_dir(root: Path | None = None) -> Path:
+    """The guard rails: one ValidatingAdmissionPolicy per file, chart files (charts/trainstack/files/policies)."""
+    return (root or repo_root()) / "charts" / "trainstack" / "files" / "policies"
+
+
 def overlays_dir() -> Path:
     return repo_root() / "overlays"

@@ -1,7 +1,7 @@
 """`trainstack chart publish`: the umbrella chart as an OCI artifact, pushed with the pinned helm.
 
 The chart (charts/trainstack with its resolved dependencies in charts/ and the generated crds/) is
-packaged by helm (Chart.yaml checks, .helmignore, symlinked runtimes/ and policies/ resolved), then
+packaged by helm (Chart.yaml checks, .helmignore; the runtimes and policies are chart files), then
 re-archived reproducibly (entries sorted, mtimes, owners and the gzip header fixed): the same chart
 gives the same bytes, so the OCI layer digest identifies its content. Before pushing, the version
 already in the registry (if any) is pulled and its digest compared: the same content is a no-op, a

@@ -9,7 +9,7 @@ the first, has no `commit` yet: the next release, being prepared. CHANGELOG.md i
 The newest entry's version is the version of the working tree: `make generate` writes it into
 Chart.yaml's `version` and the package's `_version.py` (write_version), so neither is edited by hand.
 
-`trainstack release check` fails when the chart (charts/trainstack with its runtimes/ and policies/,
+`trainstack release check` fails when the chart (charts/trainstack, its runtimes and policies included,
 and the charts and images the lock pins for it) changed since the last release's commit but
 Chart.yaml's version or the changelog did not. A tag `v<version>`, where present, must point at the
 release's commit; it is a convenience, not the record.
@@ -34,8 +34,9 @@ from .errors import UserError, output_line
 
 RELEASES_FILE = "releases.yaml"
 CHANGELOG_FILE = "CHANGELOG.md"
-# What a user installs when they install the chart: the chart folder (runtimes/ and policies/ are
-# symlinks into it) and the lock sections that decide its dependencies and images.
+# What a user installs when they install the chart: the chart folder (its runtimes and policies are chart
+# files; releases up to 0.2.0 linked them in from runtimes/ and policies/, still compared) and the lock sections
+# that decide its dependencies and images.
 CHART_PATHS = ("charts/trainstack", "runtimes", "policies")
 LOCK_SECTIONS = ("charts", "images")
 SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-([0-9A-Za-z.-]+))?$")

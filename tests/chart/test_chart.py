@@ -121,3 +121,26 @@ def test_the_chart_installs_on_each_end_of_the_supported_range_and_refuses_outsi
         result = helm_template("--kube-version", outside, binary=binary, check=False)
         assert result.returncode != 0
         assert lock.kubernetes_constraint in result.stderr and "incompatible" in result.stderr, result.stderr
+
+
+def test_the_chart_folder_stands_alone(chart_ready, lock, tmp_path):
+    """Everything the chart renders is inside charts/trainstack: no symlink, and a copy of the folder alone
+    (no checkout around it, no Python) renders the same objects with stock helm."""
+    import shutil
+    import subprocess
+
+    from conftest import ROOT
+    from trainstack import tools
+
+    chart = ROOT / "charts" / "trainstack"
+    links = [str(p.relative_to(chart)) for p in chart.rglob("*") if p.is_symlink()]
+    assert links == []
+    copy = tmp_path / "trainstack"
+    shutil.copytree(chart, copy, symlinks=True)
+    from trainstack import helm
+
+    args = helm.template_args(copy, include_crds=True, kube_version=lock.kubernetes_version)
+    alone = subprocess.run([str(tools.require("helm")), *args], capture_output=True, text=True, cwd=tmp_path,
+                           timeout=300, check=False)
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout == helm_template().stdout

@@ -8,6 +8,7 @@ import pytest
 
 from conftest import ROOT, by_kind, docs_of, helm_template, rendered_file, run_cli
 from policy_examples import examples
+from trainstack import paths
 
 pytestmark = pytest.mark.slow
 
@@ -52,7 +53,7 @@ def test_policies_are_shipped_as_written_in_policies_folder(dev_render):
     import yaml
 
     shipped = by_kind(docs_of(dev_render), "ValidatingAdmissionPolicy")
-    sources = {p.name: yaml.safe_load(p.read_text()) for p in (ROOT / "policies").glob("*.yaml")}
+    sources = {p.name: yaml.safe_load(p.read_text()) for p in paths.policies_dir(ROOT).glob("*.yaml")}
     compared = 0
     for name, source in sources.items():
         if source["metadata"]["name"] in shipped:  # dev leaves imageRegistry and requiredLabels off

@@ -85,7 +85,7 @@ def test_published_chart_installs_from_the_registry_byte_identical_to_the_local_
     listing = subprocess.run(["tar", "tzf", str(archive)], capture_output=True, text=True, check=True).stdout
     for member in ("trainstack/charts/kubeflow-trainer/Chart.yaml", "trainstack/charts/jobset/Chart.yaml",
                    "trainstack/crds/trainjobs.trainer.kubeflow.org.yaml",
-                   "trainstack/runtimes/", "trainstack/policies/"):
+                   "trainstack/files/runtimes/", "trainstack/files/policies/"):
         assert member in listing, member
     # helm renders the published chart exactly as the local one
     remote = _template(published["reference"], "--version", version, "--plain-http")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from conftest import ROOT
+from trainstack import paths
 
 RULES = {"trainjobRuntime", "imageTag", "imageRegistry", "jobSize", "gpuRuntime", "requiredLabels", "restrictedSecurity",
          "webhookValidation", "teamAccess", "placement", "imageEnv"}
@@ -12,5 +13,5 @@ def test_every_policy_file_is_a_rule_in_values():
     import yaml
 
     found = {yaml.safe_load(p.read_text())["metadata"]["annotations"]["trainstack.io/rule"]
-             for p in (ROOT / "policies").glob("*.yaml")}
+             for p in paths.policies_dir(ROOT).glob("*.yaml")}
     assert found == RULES

@@ -154,3 +154,18 @@ def test_the_table_has_a_row_per_release_and_names_each_failure(lock):
     assert rows[0] == "| v1.33.13 | pass (40 s) | **FAIL** (12 s) | 480 s | - |"
     assert rows[1].startswith(f"| {lock.kubernetes_version} (make test's) | pass (37 s) | pass (66 s) |")
     assert "- v1.33.13 upgrade: helm upgrade failed" in text
+
+
+def test_real_nodes_with_another_kubelet_fail_the_part():
+    summary = {"steps": [{"step": "cluster (local)",
+                          "data": {"serverVersion": "v1.33.13", "kubeletVersions": ["v1.36.3"]}}]}
+    wrong = matrix.served_release(summary, "v1.33.13")
+    assert wrong["passed"] is False and wrong["kubelets"] == ["v1.36.3"]
+    summary["steps"][0]["data"]["kubeletVersions"] = ["v1.33.13"]
+    assert matrix.served_release(summary, "v1.33.13") == {"served": "v1.33.13", "kubelets": ["v1.33.13"]}
+
+
+def test_the_pause_image_follows_the_release(lock):
+    other = next(v for v in lock.kubernetes_matrix() if v != lock.kubernetes_version)
+    assert lock.data["builtImages"]["pause"]["tag"] == lock.kubernetes_version
+    assert lock.for_kubernetes(other).data["builtImages"]["pause"]["tag"] == other

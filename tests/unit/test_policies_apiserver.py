@@ -9,7 +9,7 @@ from policy_examples import examples
 def test_every_rule_has_an_allowed_and_a_denied_example():
     from trainstack import paths
 
-    rules = {p.stem for p in (paths.repo_root() / "policies").glob("*.yaml")}
+    rules = {p.stem for p in paths.policies_dir().glob("*.yaml")}
     files = {}
     for example in examples():
         files.setdefault(example.file.removesuffix(".yaml"), set()).add(example.expect)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import yaml
 
 from conftest import ROOT
+from trainstack import paths
 
-SKELETONS = sorted((ROOT / "runtimes").glob("*.yaml"))
+SKELETONS = sorted(paths.runtimes_dir(ROOT).glob("*.yaml"))
 
 
 def test_every_skeleton_is_a_runtime_with_framework_label():

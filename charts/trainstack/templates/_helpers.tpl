@@ -24,7 +24,7 @@ Usage: include "trainstack.image" (list $image $)
 {{/*
 The enabled golden runtimes, as a JSON list of {path, key, class, name, upstream, aliasOf}: one
 place decides which runtimes exist (runtimes.yaml renders them, the policy params list them).
-Naming rule: each skeleton in runtimes/ is one upstream runtime under upstream's name, on the
+Naming rule: each skeleton in files/runtimes/ is one upstream runtime under upstream's name, on the
 accelerator class of its `trainstack.io/accelerator` annotation; each `key=class` pair of
 `trainstack.io/variants` is the same skeleton on another class, named <upstream name>-<suffix>
 (cpu: -cpu, nvidia: -gpu, amd: -rocm). `runtimes.<key>.aliases` are further names for one runtime.
@@ -32,7 +32,7 @@ accelerator class of its `trainstack.io/accelerator` annotation; each `key=class
 {{- define "trainstack.runtimeCatalog" -}}
 {{- $out := list -}}
 {{- $suffix := dict "cpu" "cpu" "nvidia" "gpu" "amd" "rocm" -}}
-{{- range $path, $_ := .Files.Glob "runtimes/*.yaml" -}}
+{{- range $path, $_ := .Files.Glob "files/runtimes/*.yaml" -}}
 {{- $rt := $.Files.Get $path | fromYaml -}}
 {{- $ann := $rt.metadata.annotations | default dict -}}
 {{- $upstream := $rt.metadata.name -}}

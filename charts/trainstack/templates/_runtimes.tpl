@@ -1,6 +1,6 @@
 {{- /*
-The steps that turn a skeleton in runtimes/ into a golden ClusterTrainingRuntime
-(templates/runtimes.yaml calls them in this order; runtimes/README.md has the contract).
+The steps that turn a skeleton in files/runtimes/ into a golden ClusterTrainingRuntime
+(templates/runtimes.yaml calls them in this order; files/runtimes/README.md has the contract).
 Each takes a dict and fills in the runtime object it is given (Helm's dicts are shared, so
 `set` on them is the result); none prints anything unless it says so.
 */ -}}

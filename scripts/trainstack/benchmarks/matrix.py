@@ -106,14 +106,18 @@ def run_part(part: str, version: str, previous: str, logs: Path) -> dict[str, An
 
 
 def served_release(summary: dict[str, Any], version: str) -> dict[str, Any]:
-    """What API server the e2e ran on (its cluster step's serverVersion): a run on another release than
-    VERSION fails the part, so a matrix row never reports the pinned release's result as another's."""
-    served = [s["data"]["serverVersion"] for s in summary.get("steps", []) if (s.get("data") or {}).get("serverVersion")]
-    if not served:
+    """What API server (and real nodes' kubelets) the e2e ran on, from its cluster step: a run on another release
+    than VERSION fails the part, so a matrix row never reports the pinned release's result as another's."""
+    cluster = [s["data"] for s in summary.get("steps", []) if (s.get("data") or {}).get("serverVersion")]
+    if not cluster:
         return {"passed": False, "why": "the e2e summary names no API server version (its cluster never came up)"}
-    if served[0] != version:
-        return {"served": served[0], "passed": False, "why": f"ran on Kubernetes {served[0]}, not {version}"}
-    return {"served": served[0]}
+    served, kubelets = cluster[0]["serverVersion"], cluster[0].get("kubeletVersions") or []
+    out: dict[str, Any] = {"served": served, **({"kubelets": kubelets} if kubelets else {})}
+    if served != version:
+        return {**out, "passed": False, "why": f"ran on Kubernetes {served}, not {version}"}
+    if [k for k in kubelets if k != version]:
+        return {**out, "passed": False, "why": f"real nodes ran kubelet {', '.join(kubelets)}, not {version}"}
+    return out
 
 
 def build_seconds(lock: lockmod.Lock, tool: str) -> float | None:

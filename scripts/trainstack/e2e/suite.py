@@ -166,7 +166,11 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
     def cluster_up(self) -> Outcome:
         self.kube = self.provider.up(self)
         version = self.kube.kubectl_json("version").get("serverVersion", {}).get("gitVersion", "")
-        return Outcome(self.provider.describe(), {"serverVersion": version})
+        nodes = self.kube.kubectl_json("get", "nodes").get("items", [])
+        # the kubelets that really run pods (KWOK's fake nodes report a version they were told)
+        kubelets = sorted({n.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "") for n in nodes
+                           if (n["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") != "fake"})
+        return Outcome(self.provider.describe(), {"serverVersion": version, "kubeletVersions": kubelets})
 
     def helm_cmd(self, *args: str) -> list[str]:
         return [

@@ -4,7 +4,7 @@ Every field a team member can set is walked from the pinned Trainer CRDs' schema
 TrainingRuntime; the PodSpec and containers they embed are k8s.io/api's, generated into the
 CRDs): the TrainJob's own fields, the pod and container fields its runtimePatches open, and a
 team runtime's whole JobSet, Job, pod and container spec. `docs/guardrails-review.yaml` rules on each
-(a rule key of policies/, or who else enforces it and why that is enough). A field is reviewed
+(a rule key of charts/trainstack/files/policies/, or who else enforces it and why that is enough). A field is reviewed
 when the review names it, or an ancestor with `subtree: true`; `unreviewed()` lists the rest, so
 an upstream bump that adds a field fails tests/chart/test_field_review.py until someone rules on
 it. `write()` renders the table into docs/guardrails.md between the generated markers.
@@ -128,7 +128,7 @@ def table(review: dict[str, dict], rules: dict[str, str], fields: set[str]) -> s
 def rule_files(root: Path | None = None) -> dict[str, str]:
     """rule key -> its policy file name (the examples have the same name)."""
     out = {}
-    for path in sorted(((root or paths.repo_root()) / "policies").glob("*.yaml")):
+    for path in sorted(paths.policies_dir(root).glob("*.yaml")):
         doc = yaml.safe_load(path.read_text())
         if isinstance(doc, dict) and doc.get("kind") == "ValidatingAdmissionPolicy":
             out[doc["metadata"]["annotations"]["trainstack.io/rule"]] = path.name
