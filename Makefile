@@ -15,7 +15,7 @@ TEST_TIMES := artifacts/test-times
 TIER_ARGS_chart := -n auto --dist loadfile
 
 .PHONY: setup setup-chart setup-cluster setup-bench venv tools deps render validate generate verify test test-fast test-unit test-chart test-integration test-e2e e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lint lock-check clean help
-.PHONY: setup-gitops e2e-gitops test-matrix
+.PHONY: setup-gitops e2e-gitops test-matrix chart
 
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
@@ -49,6 +49,9 @@ render: setup-chart ## render ENV (default dev) to stdout
 
 validate: setup-chart ## validate ENV (default dev): schemas, CRD CEL rules, formats, admission policies
 	$(TS) validate --env $(ENV) --policies
+
+chart: setup-chart ## the chart as one reproducible archive in dist/ (dependencies and CRDs inside); SIGN=KEY adds helm provenance signed by that gpg key
+	$(TS) chart package -d dist $(if $(SIGN),--sign $(SIGN))
 
 docs: venv ## regenerate generated docs (chart README, README tables, values.schema.json)
 	$(TS) docs
@@ -131,4 +134,4 @@ bench-scale: setup ## 1,000 TrainJobs vs raw JobSets vs raw Jobs on 100 KWOK GPU
 	$(TS) bench scale
 
 clean: ## remove the venv and built chart dependencies (the tool cache stays)
-	rm -rf $(VENV) charts/trainstack/charts charts/trainstack/crds
+	rm -rf $(VENV) charts/trainstack/charts charts/trainstack/crds dist

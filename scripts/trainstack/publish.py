@@ -14,17 +14,19 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import re
 import tarfile
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from . import chartpack, cmdline, deps, helm, paths, progress
+from . import chartpack, cmdline, deps, helm, paths, proc, progress
 from . import lock as lockmod
-from .errors import UsageError, UserError
+from .errors import UsageError, UserError, output_line
 
 OCI_REF = re.compile(r"^oci://[^/\s]+(/[^\s]*[^/\s])?$")
 NOT_FOUND = ("not found", "manifest unknown", "name unknown", "404")
@@ -83,6 +85,36 @@ def package(chart_dir: Path, out_dir: Path, lock: lockmod.Lock | None = None) ->
     return out
 
 
+def provenance_body(archive: Path) -> str:
+    """What `helm package --sign` signs for ARCHIVE: the chart's Chart.yaml, then `...` and the archive's
+    SHA-256 under `files:` (helm's provenance format; `helm verify` checks the signature and this digest)."""
+    with tarfile.open(archive) as tar:
+        member = next((m for m in tar.getmembers() if m.name.count("/") == 1 and m.name.endswith("/Chart.yaml")), None)
+        extracted = tar.extractfile(member) if member else None
+        if extracted is None:
+            raise UserError(f"{archive}: not a chart archive (no NAME/Chart.yaml)")
+        metadata = yaml.safe_load(extracted.read())
+    body = yaml.safe_dump(metadata, sort_keys=True).rstrip("\n")
+    files = yaml.safe_dump({"files": {archive.name: _sha256(archive)}}, sort_keys=True)
+    return f"{body}\n\n...\n{files}"
+
+
+def sign(archive: Path, key: str, gnupg_home: Path | None = None) -> Path:
+    """ARCHIVE.prov beside it: the provenance body clear-signed by KEY (a gpg user ID or fingerprint in the
+    release process's keyring, GNUPGHOME or gnupg_home), as `helm package --sign` writes it. The archive is
+    trainstack's reproducible one, so helm's own packaging (which would sign other bytes) is not used."""
+    prov = archive.with_name(archive.name + ".prov")
+    env = {**os.environ, **({"GNUPGHOME": str(gnupg_home)} if gnupg_home else {})}
+    result = proc.run(["gpg", "--batch", "--yes", "--armor", "--clearsign", "--digest-algo", "SHA512",
+                       "--local-user", key, "--output", str(prov)], input=provenance_body(archive), env=env,
+                      check=False, what="gpg --clearsign")
+    if result.returncode != 0:
+        raise UserError(f"cannot sign {archive.name} with key '{key}': "
+                        f"{output_line(result.stderr, markers=('gpg: ',), empty='gpg failed')}",
+                        "name a secret key of the keyring (gpg --list-secret-keys; GNUPGHOME)")
+    return prov
+
+
 def _sha256(path: Path) -> str:
     return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
 
@@ -108,7 +140,7 @@ def published_digest(reference: str, version: str, plain_http: bool, lock: lockm
 
 
 def publish(registry: str, plain_http: bool = False, chart_dir: Path | None = None,
-            lock: lockmod.Lock | None = None, out_dir: Path | None = None) -> Published:
+            lock: lockmod.Lock | None = None, out_dir: Path | None = None, sign_key: str = "") -> Published:
     lock = lock or lockmod.load()
     chart_dir = chart_dir or paths.chart_dir()
     registry = check_registry(registry)
@@ -117,6 +149,10 @@ def publish(registry: str, plain_http: bool = False, chart_dir: Path | None = No
     out_dir = out_dir or paths.cache_dir() / "publish"
     out_dir.mkdir(parents=True, exist_ok=True)
     archive = package(chart_dir, out_dir, lock)
+    prov = archive.with_name(archive.name + ".prov")
+    prov.unlink(missing_ok=True)  # helm push uploads a .prov beside the archive: only this run's
+    if sign_key:
+        sign(archive, sign_key)
     digest = _sha256(archive)
     existing = published_digest(reference, version, plain_http, lock)
     if existing == digest:
@@ -137,8 +173,21 @@ def publish(registry: str, plain_http: bool = False, chart_dir: Path | None = No
     return Published(reference, version, digest, "pushed", str(archive))
 
 
+def _package_cmd(args: argparse.Namespace) -> int:
+    out_dir = Path(args.destination)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    archive = package(paths.chart_dir(), out_dir)
+    rows = [(str(archive), _sha256(archive))]
+    prov = archive.with_name(archive.name + ".prov")
+    prov.unlink(missing_ok=True)
+    if args.sign:
+        rows.append((str(sign(archive, args.sign)), "clear-signed by " + args.sign))
+    progress.table("trainstack chart package", ["file", "sha256 / signature"], rows)
+    return 0
+
+
 def _cmd(args: argparse.Namespace) -> int:
-    result = publish(args.registry, plain_http=args.plain_http)
+    result = publish(args.registry, plain_http=args.plain_http, sign_key=args.sign or "")
     if args.output == "json":
         print(json.dumps(asdict(result), indent=2, sort_keys=True))
     else:
@@ -154,5 +203,48 @@ def register(sub: argparse._SubParsersAction) -> None:
     pub.add_argument("--registry", required=True, help="where to push: oci://HOST[:PORT]/PATH")
     pub.add_argument("--plain-http", action="store_true", help="the registry speaks plain HTTP (loopback only)")
     pub.add_argument("--output", choices=["text", "json"], default="text")
+    pub.add_argument("--sign", metavar="KEY", help="also push helm provenance (NAME-VERSION.tgz.prov) signed by this "
+                                                   "gpg key (user ID or fingerprint; GNUPGHOME selects the keyring)")
     pub.set_defaults(func=_cmd)
+    pkg = csub.add_parser("package", help="package charts/trainstack (dependencies and CRDs included) reproducibly "
+                                          "into one archive stock helm installs; optionally with provenance")
+    pkg.add_argument("-d", "--destination", default="dist", help="folder for the archive (default dist/)")
+    pkg.add_argument("--sign", metavar="KEY", help="write NAME-VERSION.tgz.prov beside it, signed by this gpg key "
+                                                   "(`helm verify --keyring PUBRING` / `helm install --verify` check it)")
+    pkg.set_defaults(func=_package_cmd)
+    img = csub.add_parser("images", help="every image an environment's install runs, one per line (with its digest "
+                                         "where the lock pins one): the list to mirror")
+    img.add_argument("--env", default="prod", help="overlay whose values decide the images (default prod)")
+    img.set_defaults(func=_images_cmd)
 
+
+
+def images(objects: list[dict[str, Any]], lock: lockmod.Lock | None = None) -> list[str]:
+    """Every image the rendered OBJECTS run (containers and init containers of any pod template, the golden
+    runtimes' included), sorted; with @digest where the lock pins one for that reference."""
+    lock = lock or lockmod.load()
+    digests = {f"{i.registry}/{i.repository}:{i.tag}": i.digest for i in lock.images() if i.digest}
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key in ("containers", "initContainers"):
+                for container in node.get(key) or []:
+                    if isinstance(container, dict) and isinstance(container.get("image"), str):
+                        found.add(container["image"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(objects)
+    return sorted(f"{ref}@{digests[ref]}" if ref in digests and "@" not in ref else ref for ref in found)
+
+
+def _images_cmd(args: argparse.Namespace) -> int:
+    from . import render
+
+    for reference in images(render.render_objects(args.env)):
+        print(reference)
+    return 0

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, _need, assert_one_line_error, run_cli
+from support.signing import gpg_home
 from trainstack import helm, render
 from trainstack.cluster.local import free_port
 from trainstack.cluster.node import registry_config
@@ -92,6 +93,26 @@ def test_published_chart_installs_from_the_registry_byte_identical_to_the_local_
     local = _template(str(ROOT / "charts" / "trainstack"))
     assert remote == local
     assert "kind: CustomResourceDefinition" in remote and "kind: ClusterTrainingRuntime" in remote
+
+
+def test_a_signed_chart_is_pulled_and_verified_from_the_registry(registry, tmp_path):
+    """publish --sign pushes the provenance with the archive: `helm pull --verify` of the OCI reference checks it
+    against the release's public keyring, and refuses with another key's."""
+    home, pubring, key = gpg_home(tmp_path, "release")
+    _, other, _ = gpg_home(tmp_path, "other")
+    result = run_cli("chart", "publish", "--registry", f"oci://{registry}/signed", "--plain-http", "--sign", key,
+                     env={"GNUPGHOME": str(home)})
+    assert result.returncode == 0, result.stderr
+    reference, version = f"oci://{registry}/signed/trainstack", _chart_version()
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "bad").mkdir()
+    pulled = helm.run(["pull", reference, "--version", version, "--plain-http", "--verify", "--keyring", str(pubring),
+                       "-d", str(tmp_path / "ok")], check=False)
+    assert pulled.returncode == 0, pulled.stderr
+    assert (tmp_path / "ok" / f"trainstack-{version}.tgz.prov").is_file()
+    refused = helm.run(["pull", reference, "--version", version, "--plain-http", "--verify", "--keyring", str(other),
+                        "-d", str(tmp_path / "bad")], check=False)
+    assert refused.returncode != 0
 
 
 def test_republishing_the_same_chart_is_a_no_op(registry, tmp_path):
