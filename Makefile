@@ -118,7 +118,7 @@ smoke-train: venv ## real torch DDP training smoke (two ranks on this machine)
 	$(TS) smoke install
 	$(TS) smoke train
 
-test-matrix: setup ## every tested Kubernetes release (lock: kubernetes.version and .matrix): build it, validate, e2e on KWOK nodes, upgrade from N-1, e2e on real nodes -> bench/results/matrix.json (not in make test; KUBE_VERSIONS=1.33,1.37 for some, MATRIX_PARTS=build,e2e for some parts)
+test-matrix: setup ## every tested Kubernetes release (lock: kubernetes.version and .matrix): build it, validate, e2e on KWOK nodes, upgrade from N-1, upgrade of the cluster to the next release, e2e on real nodes -> bench/results/matrix.json (not in make test; KUBE_VERSIONS=1.33,1.37 for some, MATRIX_PARTS=build,e2e for some parts)
 	$(TS) bench matrix $(if $(KUBE_VERSIONS),--kube-versions $(KUBE_VERSIONS)) $(if $(MATRIX_PARTS),--matrix-parts $(MATRIX_PARTS))
 
 setup-bench: setup ## make setup + the benchmarks' second validation peer (kubectl-validate)

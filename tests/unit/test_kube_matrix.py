@@ -105,6 +105,9 @@ def test_each_part_runs_trainstack_for_the_release_and_upgrades_from_n_minus_1()
     assert e2e[e2e.index("--nodes") + 1] == "kwok"
     upgrade = matrix.commands("upgrade", "v1.33.13", "0.2.0")[0]
     assert upgrade[upgrade.index("--upgrade-from") + 1] == "0.2.0"
+    kube = matrix.commands("kube-upgrade", "v1.33.13", "0.2.0", "v1.34.4")[0]
+    assert kube[kube.index("--kube-upgrade-to") + 1] == "v1.34.4"
+    assert matrix.commands("kube-upgrade", "v1.37.2", "0.2.0", None) == []
 
 
 def test_the_summary_counts_releases_that_passed_every_part_and_names_each_failure():
@@ -169,3 +172,25 @@ def test_the_pause_image_follows_the_release(lock):
     other = next(v for v in lock.kubernetes_matrix() if v != lock.kubernetes_version)
     assert lock.data["builtImages"]["pause"]["tag"] == lock.kubernetes_version
     assert lock.for_kubernetes(other).data["builtImages"]["pause"]["tag"] == other
+
+
+def test_the_newest_release_has_no_cluster_upgrade_to_run(tmp_path):
+    skipped = matrix.run_part("kube-upgrade", "v1.37.2", "0.2.0", tmp_path, None)
+    assert skipped["passed"] is True and "newest" in skipped["skipped"]
+
+
+def test_kube_upgrade_swaps_the_binary_and_the_release_switches(lock):
+    from trainstack.e2e import kubeupgrade
+
+    newest = lock.kubernetes_matrix()[-1]
+    new = kubeupgrade.target_lock(lock, lockmod.minor_of(newest))
+    assert new.kubernetes_version == newest
+    command = ["/cache/v1.36.3/kube-apiserver", "--etcd-servers=http://127.0.0.1:1",
+               "--feature-gates=GangScheduling=true", "--runtime-config", "scheduling.k8s.io/v1alpha2=true"]
+    out = kubeupgrade.upgraded_command(command, "/cache/new/kube-apiserver", "kube-apiserver", new)
+    assert out[0] == "/cache/new/kube-apiserver" and "--etcd-servers=http://127.0.0.1:1" in out
+    assert not any("GangScheduling" in a or "v1alpha2" in a for a in out)
+    with pytest.raises(UsageError):
+        kubeupgrade.target_lock(lock, lockmod.minor_of(lock.kubernetes_matrix()[0]))  # older than the cluster's
+    with pytest.raises(UsageError):
+        kubeupgrade.target_lock(lock, "1.99")

@@ -115,6 +115,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         help="releases to run, comma-separated X.Y or vX.Y.Z (default: every tested one, "
                              "kubernetes.version and kubernetes.matrix)")
     matrix.add_argument("--matrix-parts", metavar="LIST",
-                        help="parts per release, comma-separated (default build,validate,e2e,upgrade,real)")
+                        help="parts per release, comma-separated (default build,validate,e2e,upgrade,kube-upgrade,real)")
     parser.add_argument("--results-dir", type=Path, help="write results here (default bench/results)")
     parser.set_defaults(func=run)

@@ -11,6 +11,10 @@ process of its own with TRAINSTACK_KUBERNETES set to it, so every lock read sees
   the policies enforced by that API server, the smoke TrainJobs Complete, a failing one Failed, uninstall;
 - upgrade: `trainstack e2e --upgrade-from N-1 --helm helm` on it: TrainJobs in flight survive the
   upgrade to the working tree and the rollback;
+- kube-upgrade: `trainstack e2e --kube-upgrade-to NEXT` (e2e/kubeupgrade.py): the platform installed and
+  TrainJobs done on that release, then its control plane replaced by the next tested release's, process by
+  process on the same etcd; the platform, its TrainJobs and its policies checked on the new one (not for
+  the newest release);
 - real: that release's kubelet and kube-proxy (built on first use, like the control plane) on the
   local cluster's real nodes with containerd: the controllers as pods, the torch TrainJobs on real
   pods (`trainstack e2e --nodes real`). Needs `make setup` (the node's Debian packages, the images).
@@ -34,12 +38,12 @@ from .. import lock as lockmod
 from .. import paths, proc, progress, release, tools
 from ..errors import UsageError, output_line
 
-PARTS = ("build", "validate", "e2e", "upgrade", "real")
+PARTS = ("build", "validate", "e2e", "upgrade", "kube-upgrade", "real")
 ENVIRONMENTS = ("dev", "staging", "prod", "cpu-only")
 # Examples every release must accept (examples/policies holds deliberately denied objects; examples/teams is
 # values files).
 EXAMPLES = ("examples/trainjobs",)
-TIMEOUT_S = {"build": 3600, "validate": 900, "e2e": 1800, "upgrade": 1800, "real": 3600}
+TIMEOUT_S = {"build": 3600, "validate": 900, "e2e": 1800, "upgrade": 1800, "kube-upgrade": 1800, "real": 3600}
 
 
 def releases(lock: lockmod.Lock, wanted: str | None) -> list[str]:
@@ -57,9 +61,12 @@ def releases(lock: lockmod.Lock, wanted: str | None) -> list[str]:
     return out
 
 
-def commands(part: str, version: str, previous: str) -> list[list[str]]:
-    """The trainstack command lines PART runs for VERSION (TRAINSTACK_KUBERNETES carries the release)."""
+def commands(part: str, version: str, previous: str, following: str | None = None) -> list[list[str]]:
+    """The trainstack command lines PART runs for VERSION (TRAINSTACK_KUBERNETES carries the release); FOLLOWING
+    is the next tested release (kube-upgrade: none for the newest, which has nothing to run)."""
     ts = [sys.executable, "-m", "trainstack"]
+    if part == "kube-upgrade":
+        return [[*ts, "e2e", "--provider", "local", "--nodes", "kwok", "--kube-upgrade-to", following]] if following else []
     if part == "build":
         return [[*ts, "tools", "install", "kubernetes"]]
     if part == "validate":
@@ -75,8 +82,11 @@ def commands(part: str, version: str, previous: str) -> list[list[str]]:
     raise ValueError(part)
 
 
-def run_part(part: str, version: str, previous: str, logs: Path) -> dict[str, Any]:
+def run_part(part: str, version: str, previous: str, logs: Path, following: str | None = None) -> dict[str, Any]:
     """One part on one release: passed, seconds, why (a failure's line), and the e2e's steps."""
+    argvs = commands(part, version, previous, following)
+    if not argvs:
+        return {"passed": True, "skipped": f"nothing to run on {version} (the newest tested release)", "seconds": 0.0}
     env = dict(os.environ, **{lockmod.KUBERNETES_ENV: version})
     log = logs / f"{version}-{part}.log"
     log.write_text("")
@@ -85,7 +95,7 @@ def run_part(part: str, version: str, previous: str, logs: Path) -> dict[str, An
     with tempfile.TemporaryDirectory() as tmp:
         summary = Path(tmp) / "summary.json"
         env["TRAINSTACK_E2E_SUMMARY"] = str(summary)
-        for argv in commands(part, version, previous):
+        for argv in argvs:
             with log.open("a") as sink:
                 sink.write(f"$ {lockmod.KUBERNETES_ENV}={version} {' '.join(argv[1:])}\n")
                 sink.flush()
@@ -136,6 +146,8 @@ def table(results: list[dict[str, Any]], parts: tuple[str, ...], lock: lockmod.L
     def cell(entry: dict[str, Any] | None) -> str:
         if not entry:
             return "not run"
+        if entry.get("skipped"):
+            return "n/a"
         return f"{'pass' if entry['passed'] else '**FAIL**'} ({entry['seconds']:.0f} s)"
 
     def built(seconds: float | None) -> str:
@@ -186,12 +198,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     logs = paths.repo_root() / "artifacts" / "matrix"
     logs.mkdir(parents=True, exist_ok=True)
     results = []
+    tested = lock.kubernetes_matrix()
     for version in versions:
+        later = tested[tested.index(version) + 1:]
         row: dict[str, Any] = {"version": version, "minor": lockmod.minor_of(version),
                                "pinned": version == lock.kubernetes_version, "parts": {}}
         for part in parts:
             with progress.step(f"Kubernetes {version}: {part}"):
-                row["parts"][part] = run_part(part, version, previous, logs)
+                row["parts"][part] = run_part(part, version, previous, logs, later[0] if later else None)
         row["build_seconds"] = build_seconds(lock.for_kubernetes(version), "kubernetes")
         row["node_build_seconds"] = build_seconds(lock.for_kubernetes(version), "kubernetes-node")
         results.append(row)

@@ -85,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
         if args.provider == "existing" and not args.install:
             raise UserError("--upgrade-from installs the old release: with --provider existing pass --install",
                             exit_code=2)
+    if getattr(args, "kube_upgrade_to", None):
+        if args.provider not in ("local", "auto") or args.nodes not in (None, "kwok") or args.upgrade_from or \
+                getattr(args, "gitops", False):
+            raise UserError("--kube-upgrade-to runs alone on the local provider's KWOK nodes "
+                            "(--provider local --nodes kwok)", exit_code=2)
+        args.provider, args.nodes = "local", "kwok"
     if getattr(args, "gitops", False):
         check_args(args)
     lock = lockmod.load()
@@ -106,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if getattr(args, "upgrade_from", None):
             upgrade_report = run_upgrade(suite, args.upgrade_from, run_dir, tuple(args.helm))
+        elif getattr(args, "kube_upgrade_to", None):
+            from .kubeupgrade import plan
+
+            suite.run(plan(suite, args.kube_upgrade_to))
         elif gitops is not None:
             gitops.run()
         else:
@@ -275,6 +285,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="instead of the smoke suite: install the chart of this release (releases.yaml) or git ref, start "
         "TrainJobs, upgrade to the working tree (CRDs server-side, then helm upgrade), check nothing is lost, "
         "roll back; once per --helm binary",
+    )
+    parser.add_argument(
+        "--kube-upgrade-to",
+        metavar="RELEASE",
+        help="instead of the smoke suite: install the platform and run TrainJobs on the lock's Kubernetes "
+        "release, then upgrade the control plane to RELEASE (a newer tested one, X.Y or vX.Y.Z) process by "
+        "process on the same etcd, and check the platform and its TrainJobs on it (KWOK nodes)",
     )
     parser.add_argument(
         "--helm",

@@ -31,7 +31,6 @@ from typing import Any
 import yaml
 
 from .. import kubeapi, progress
-from ..cluster.local import pid_alive
 from ..errors import UserError
 from .base import NAMESPACE, SMOKE_NS
 from .clusterstate import losses, snapshot, terminal
@@ -93,20 +92,7 @@ class Faults:
             cluster.start_component(component, self.components[component])
         if again:
             cluster.wait_api(60)
-        ctls = self.provider.controllers
-        dead = [c for c in ctls.controllers if not (c.pid and pid_alive(c.pid))]
-        if dead:
-            for ctl in dead:  # keep the log of the run that died
-                if ctl.log.exists():
-                    ctl.log.rename(ctl.log.with_suffix(f".{int(time.time())}.log"))
-            every = ctls.controllers
-            try:  # HostControllers.start starts its list: start only the dead ones, same config and ports
-                ctls.controllers = dead
-                ctls.start()
-            finally:
-                ctls.controllers = every
-            ctls.wait_ready(timeout=120)
-        names = again + [c.deployment for c in dead]
+        names = again + self.provider.controllers.restart_dead(timeout=120)
         self.restarted += names
         return names
 

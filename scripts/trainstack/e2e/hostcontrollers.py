@@ -477,3 +477,22 @@ class HostControllers:
 
     def alive(self) -> list[str]:
         return [ctl.deployment for ctl in self.controllers if ctl.pid and pid_alive(ctl.pid)]
+
+    def restart_dead(self, timeout: float = 120) -> list[str]:
+        """Start again each controller whose process is gone, with its config and ports (what the kubelet does
+        for a Deployment's pod: restartPolicy Always; a controller exits when it loses its leader lease while
+        the API server is away), and wait until they are ready. The Deployments started again."""
+        dead = [c for c in self.controllers if not (c.pid and pid_alive(c.pid))]
+        if not dead:
+            return []
+        for ctl in dead:  # keep the log of the run that died
+            if ctl.log.exists():
+                ctl.log.rename(ctl.log.with_suffix(f".{int(time.time())}.log"))
+        every = self.controllers
+        try:  # start() starts its list: only the dead ones, same config and ports
+            self.controllers = dead
+            self.start()
+        finally:
+            self.controllers = every
+        self.wait_ready(timeout=timeout)
+        return [c.deployment for c in dead]
