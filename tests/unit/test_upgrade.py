@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from trainstack import lock as lockmod
 from trainstack import release
 from trainstack import render as rendermod
 from trainstack.e2e import clusterstate, oldrelease, upgrade
@@ -117,10 +118,16 @@ def test_git_archive_is_what_export_uses(repo: Path, tmp_path: Path) -> None:  #
     assert exported == listed
 
 
+OLDEST = lockmod.load().kubernetes_matrix()[0]
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--upgrade-from", "v9.9.9"], "error: unknown git ref 'v9.9.9'"),
     (["--upgrade-from", "0.1.0", "--nodes", "real"], "error: --upgrade-from runs on KWOK nodes"),
     (["--upgrade-from", "0.1.0", "--provider", "existing"], "error: --upgrade-from installs the old release"),
+    (["--kube-upgrade-to", "1.99"], "error: --kube-upgrade-to 1.99: not a tested release"),
+    (["--kube-upgrade-to", OLDEST], f"error: --kube-upgrade-to {OLDEST}: not newer than the cluster's"),
+    (["--kube-upgrade-to", lockmod.load().kubernetes_matrix()[-1], "--nodes", "real"], "error: --kube-upgrade-to runs alone on the local provider"),
 ])
 def test_e2e_upgrade_from_bad_input_is_one_line_before_any_cluster(args: list[str], message: str,
                                                                    tmp_path: Path) -> None:

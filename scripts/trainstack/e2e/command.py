@@ -91,6 +91,9 @@ def run(args: argparse.Namespace) -> int:
             raise UserError("--kube-upgrade-to runs alone on the local provider's KWOK nodes "
                             "(--provider local --nodes kwok)", exit_code=2)
         args.provider, args.nodes = "local", "kwok"
+        from .kubeupgrade import target_lock
+
+        target_lock(lockmod.load(), args.kube_upgrade_to)  # an untested or older release: one line, before anything
     if getattr(args, "gitops", False):
         check_args(args)
     lock = lockmod.load()
