@@ -217,6 +217,11 @@ class Lock:
         entry = entries[version]
         data = copy.deepcopy(self.data)
         kube = data["kubernetes"]
+        # the pinned release stays tested: it takes the matrix entry's place, with its own gates and schemas' sum
+        kube["matrix"] = {v: e for v, e in kube["matrix"].items() if v != version}
+        kube["matrix"][self.kubernetes_version] = {"sum": self.source("kubernetes-openapi").sum,
+                                                   "featureGates": self.kubernetes_feature_gates,
+                                                   "runtimeConfig": self.kubernetes_runtime_config}
         kube["version"] = version
         kube["featureGates"] = dict(entry.get("featureGates") or {})
         kube["runtimeConfig"] = dict(entry.get("runtimeConfig") or {})

@@ -194,3 +194,35 @@ def test_kube_upgrade_swaps_the_binary_and_the_release_switches(lock):
         kubeupgrade.target_lock(lock, lockmod.minor_of(lock.kubernetes_matrix()[0]))  # older than the cluster's
     with pytest.raises(UsageError):
         kubeupgrade.target_lock(lock, "1.99")
+
+
+def test_a_derived_lock_still_knows_every_tested_release_and_goes_back(lock):
+    """From another release the pinned one is still tested (kube-upgrade from 1.35 goes to it), and deriving it
+    back gives its own gates, runtime config and schemas' sum."""
+    other = lock.kubernetes_matrix()[0]
+    derived = lock.for_kubernetes(other)
+    assert derived.kubernetes_matrix() == lock.kubernetes_matrix()
+    back = derived.for_kubernetes(lock.kubernetes_version)
+    assert back.kubernetes_version == lock.kubernetes_version
+    assert back.kubernetes_feature_gates == lock.kubernetes_feature_gates
+    assert back.kubernetes_runtime_config == lock.kubernetes_runtime_config
+    assert back.source("kubernetes-openapi") == lock.source("kubernetes-openapi")
+    assert back.tool("kubernetes").version == lock.tool("kubernetes").version
+    assert back.data["builtImages"]["pause"]["tag"] == lock.data["builtImages"]["pause"]["tag"]
+
+
+def test_a_partial_run_keeps_the_earlier_cells_of_releases_still_tested(lock, tmp_path):
+    import json
+
+    tested = lock.kubernetes_matrix()
+    earlier = {"releases": [
+        {"version": tested[0], "parts": {"e2e": {"passed": True, "seconds": 30.0, "commit": "aaa"}}},
+        {"version": "v1.20.15", "parts": {"e2e": {"passed": True, "seconds": 30.0, "commit": "aaa"}}},
+    ]}
+    (tmp_path / "matrix.json").write_text(json.dumps(earlier))
+    rows = matrix.earlier_rows(tmp_path / "matrix.json", lock)
+    assert list(rows) == [tested[0]]
+    rows[tested[0]]["parts"]["upgrade"] = {"passed": True, "seconds": 60.0, "commit": "bbb"}
+    text = matrix.table([rows[tested[0]]], ("e2e", "upgrade"), lock, "bbb")
+    assert f"- {tested[0]} e2e: at aaa" in text and "upgrade: at" not in text
+    assert matrix.earlier_rows(tmp_path / "missing.json", lock) == {}

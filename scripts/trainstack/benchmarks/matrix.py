@@ -142,7 +142,8 @@ def build_seconds(lock: lockmod.Lock, tool: str) -> float | None:
 
 
 def table(results: list[dict[str, Any]], parts: tuple[str, ...], lock: lockmod.Lock, commit: str = "") -> str:
-    """bench/results/matrix.md: release x part, pass or FAIL with seconds, and the build times."""
+    """bench/results/matrix.md: release x part, pass or FAIL with seconds, and the build times; the commit the
+    cells ran at (COMMIT, the latest run's, unless a cell names another)."""
     def cell(entry: dict[str, Any] | None) -> str:
         if not entry:
             return "not run"
@@ -169,6 +170,11 @@ def table(results: list[dict[str, Any]], parts: tuple[str, ...], lock: lockmod.L
         name = row["version"] + (" (make test's)" if row.get("pinned") else "")
         lines.append(f"| {name} | {' | '.join(cells)} | {built(row.get('build_seconds'))} | "
                      f"{built(row.get('node_build_seconds'))} |")
+    others = [(row["version"], part, entry["commit"]) for row in results for part, entry in row["parts"].items()
+              if entry.get("commit") and entry["commit"] != commit]
+    if others:
+        lines += ["", "Cells from an earlier run (the rest ran at the commit above):", ""]
+        lines += [f"- {version} {part}: at {at}" for version, part, at in others]
     failures = [(row["version"], part, entry.get("why", "")) for row in results
                 for part, entry in row["parts"].items() if not entry["passed"]]
     if failures:
@@ -178,7 +184,7 @@ def table(results: list[dict[str, Any]], parts: tuple[str, ...], lock: lockmod.L
 
 def summarize(results: list[dict[str, Any]], parts: tuple[str, ...]) -> tuple[str, list[str]]:
     """(one summary line, the failures as 'vX.Y.Z part' strings)."""
-    failed = [f"{r['version']} {p}" for r in results for p in parts if not r["parts"].get(p, {}).get("passed")]
+    failed = [f"{r['version']} {p}" for r in results for p in parts if p in r["parts"] and not r["parts"][p]["passed"]]
     passed = sum(1 for r in results if all(r["parts"].get(p, {}).get("passed") for p in parts))
     line = f"{passed} of {len(results)} Kubernetes releases passed {', '.join(parts)}"
     return (line + (f"; failed: {', '.join(failed)}" if failed else "")), failed
@@ -197,27 +203,47 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     dirty = bool(proc.output(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"]).strip())
     logs = paths.repo_root() / "artifacts" / "matrix"
     logs.mkdir(parents=True, exist_ok=True)
-    results = []
+    commit = head + (" with uncommitted changes" if dirty else "")
+    out_dir = Path(getattr(args, "results_dir", None) or paths.repo_root() / "bench" / "results")
+    rows = earlier_rows(out_dir / "matrix.json", lock)
     tested = lock.kubernetes_matrix()
     for version in versions:
         later = tested[tested.index(version) + 1:]
-        row: dict[str, Any] = {"version": version, "minor": lockmod.minor_of(version),
-                               "pinned": version == lock.kubernetes_version, "parts": {}}
+        row = rows.setdefault(version, {"version": version, "parts": {}})
+        row.update({"minor": lockmod.minor_of(version), "pinned": version == lock.kubernetes_version})
         for part in parts:
             with progress.step(f"Kubernetes {version}: {part}"):
-                row["parts"][part] = run_part(part, version, previous, logs, later[0] if later else None)
+                row["parts"][part] = {**run_part(part, version, previous, logs, later[0] if later else None),
+                                      "commit": commit}
         row["build_seconds"] = build_seconds(lock.for_kubernetes(version), "kubernetes")
         row["node_build_seconds"] = build_seconds(lock.for_kubernetes(version), "kubernetes-node")
-        results.append(row)
-    summary, failed = summarize(results, parts)
-    progress.table("trainstack matrix", ["release", *parts, "build (s)"],
-                   [(r["version"], *("pass" if r["parts"][p]["passed"] else "FAIL" for p in parts),
-                     "-" if r["build_seconds"] is None else f"{r['build_seconds']:.0f}") for r in results])
+    results = [rows[v] for v in tested if v in rows]
+    shown = tuple(p for p in PARTS if any(p in r["parts"] for r in results))
+    summary, failed = summarize(results, shown)
+    progress.table("trainstack matrix", ["release", *shown, "build (s)"],
+                   [(r["version"], *(cell_word(r["parts"].get(p)) for p in shown),
+                     "-" if r.get("build_seconds") is None else f"{r['build_seconds']:.0f}") for r in results])
     oldest, newest = lock.kubernetes_supported
-    out_dir = Path(getattr(args, "results_dir", None) or paths.repo_root() / "bench" / "results")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "matrix.md").write_text(table(results, parts, lock, head + (" with uncommitted changes" if dirty else "")))
+    (out_dir / "matrix.md").write_text(table(results, shown, lock, commit))
     return {"summary": summary, "failed": failed, "supported": {"oldest": oldest, "newest": newest},
-            "kubeVersion": lock.kubernetes_constraint, "upgrade_from": previous, "parts": list(parts),
-            "commit": head, "uncommitted_changes": dirty,
-            "releases": results}
+            "kubeVersion": lock.kubernetes_constraint, "upgrade_from": previous, "parts": list(shown),
+            "commit": head, "uncommitted_changes": dirty, "releases": results}
+
+
+def cell_word(entry: dict[str, Any] | None) -> str:
+    if not entry:
+        return "not run"
+    return "n/a" if entry.get("skipped") else ("pass" if entry["passed"] else "FAIL")
+
+
+def earlier_rows(path: Path, lock: lockmod.Lock) -> dict[str, dict[str, Any]]:
+    """The rows of an earlier matrix.json, by release, for releases still tested: a run of some releases or parts
+    replaces those cells and keeps the others (each cell names the commit it ran at)."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    tested = set(lock.kubernetes_matrix())
+    return {row["version"]: row for row in data.get("releases", [])
+            if isinstance(row, dict) and row.get("version") in tested and isinstance(row.get("parts"), dict)}
