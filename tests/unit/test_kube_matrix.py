@@ -226,3 +226,7 @@ def test_a_partial_run_keeps_the_earlier_cells_of_releases_still_tested(lock, tm
     text = matrix.table([rows[tested[0]]], ("e2e", "upgrade"), lock, "bbb")
     assert f"- {tested[0]} e2e: at aaa" in text and "upgrade: at" not in text
     assert matrix.earlier_rows(tmp_path / "missing.json", lock) == {}
+    earlier["commit"] = "ccc"
+    del earlier["releases"][0]["parts"]["e2e"]["commit"]
+    (tmp_path / "matrix.json").write_text(json.dumps(earlier))
+    assert matrix.earlier_rows(tmp_path / "matrix.json", lock)[tested[0]]["parts"]["e2e"]["commit"] == "ccc"

@@ -245,5 +245,10 @@ def earlier_rows(path: Path, lock: lockmod.Lock) -> dict[str, dict[str, Any]]:
     except (OSError, ValueError):
         return {}
     tested = set(lock.kubernetes_matrix())
-    return {row["version"]: row for row in data.get("releases", [])
+    rows = {row["version"]: row for row in data.get("releases", [])
             if isinstance(row, dict) and row.get("version") in tested and isinstance(row.get("parts"), dict)}
+    ran_at = str(data.get("commit", "")) + (" with uncommitted changes" if data.get("uncommitted_changes") else "")
+    for row in rows.values():  # a cell without its own commit ran at its file's
+        for entry in row["parts"].values():
+            entry.setdefault("commit", ran_at)
+    return rows
