@@ -224,7 +224,9 @@ def test_a_partial_run_keeps_the_earlier_cells_of_releases_still_tested(lock, tm
     assert list(rows) == [tested[0]]
     rows[tested[0]]["parts"]["upgrade"] = {"passed": True, "seconds": 60.0, "commit": "bbb"}
     text = matrix.table([rows[tested[0]]], ("e2e", "upgrade"), lock, "bbb")
-    assert f"- {tested[0]} e2e: at aaa" in text and "upgrade: at" not in text
+    rows[tested[0]]["parts"]["kube-upgrade"] = {"passed": True, "seconds": 60.0, "commit": "bbb"}
+    text = matrix.table([rows[tested[0]]], ("e2e", "upgrade", "kube-upgrade"), lock, "bbb")
+    assert f"- aaa: {tested[0]} e2e" in text and "- bbb: every other cell" in text
     assert matrix.earlier_rows(tmp_path / "missing.json", lock) == {}
     earlier["commit"] = "ccc"
     del earlier["releases"][0]["parts"]["e2e"]["commit"]

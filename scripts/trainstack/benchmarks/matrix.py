@@ -170,11 +170,15 @@ def table(results: list[dict[str, Any]], parts: tuple[str, ...], lock: lockmod.L
         name = row["version"] + (" (make test's)" if row.get("pinned") else "")
         lines.append(f"| {name} | {' | '.join(cells)} | {built(row.get('build_seconds'))} | "
                      f"{built(row.get('node_build_seconds'))} |")
-    others = [(row["version"], part, entry["commit"]) for row in results for part, entry in row["parts"].items()
-              if entry.get("commit") and entry["commit"] != commit]
-    if others:
-        lines += ["", "Cells from an earlier run (the rest ran at the commit above):", ""]
-        lines += [f"- {version} {part}: at {at}" for version, part, at in others]
+    groups: dict[str, list[str]] = {}
+    for row in results:
+        for part, entry in row["parts"].items():
+            groups.setdefault(entry.get("commit") or commit, []).append(f"{row['version']} {part}")
+    if len(groups) > 1:  # cells kept from earlier runs: which commit each ran at (the largest group: "the rest")
+        largest = max(groups, key=lambda at: len(groups[at]))
+        lines += ["", "The cells ran at more than one commit:", ""]
+        lines += [f"- {at}: {', '.join(cells)}" for at, cells in groups.items() if at != largest]
+        lines += [f"- {largest}: every other cell"]
     failures = [(row["version"], part, entry.get("why", "")) for row in results
                 for part, entry in row["parts"].items() if not entry["passed"]]
     if failures:
