@@ -201,6 +201,11 @@ class Lock:
         """Every Kubernetes release trainstack is tested on, oldest first: the pinned one and the matrix's."""
         return sorted({self.kubernetes_version, *self._matrix_entries()}, key=release_key)
 
+    def kubernetes_release(self, text: str) -> str | None:
+        """The tested release TEXT names (X.Y, vX.Y or vX.Y.Z), or None."""
+        wanted = text.strip().lstrip("v")
+        return next((v for v in self.kubernetes_matrix() if wanted in (v.lstrip("v"), minor_of(v))), None)
+
     def kubernetes_sums(self) -> dict[str, str]:
         """The h1: sum of each matrix release's k8s.io/kubernetes module zip, by release."""
         return {version: str(entry["sum"]) for version, entry in self._matrix_entries().items()}

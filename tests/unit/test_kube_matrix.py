@@ -232,3 +232,10 @@ def test_a_partial_run_keeps_the_earlier_cells_of_releases_still_tested(lock, tm
     del earlier["releases"][0]["parts"]["e2e"]["commit"]
     (tmp_path / "matrix.json").write_text(json.dumps(earlier))
     assert matrix.earlier_rows(tmp_path / "matrix.json", lock)[tested[0]]["parts"]["e2e"]["commit"] == "ccc"
+
+
+def test_a_release_is_named_by_minor_or_release_with_or_without_v(lock):
+    oldest = lock.kubernetes_matrix()[0]
+    minor = lockmod.minor_of(oldest)
+    assert {lock.kubernetes_release(t) for t in (minor, f"v{minor}", oldest, oldest.lstrip("v"))} == {oldest}
+    assert lock.kubernetes_release("1.20") is None

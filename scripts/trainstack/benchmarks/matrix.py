@@ -51,13 +51,14 @@ def releases(lock: lockmod.Lock, wanted: str | None) -> list[str]:
     tested = lock.kubernetes_matrix()
     if not wanted:
         return tested
-    out = []
+    out: list[str] = []
     for item in (w.strip() for w in wanted.split(",") if w.strip()):
-        match = [v for v in tested if v == item or v == f"v{item}" or lockmod.minor_of(v) == item.lstrip("v")]
-        if not match:
+        found = lock.kubernetes_release(item)
+        if found is None:
             raise UsageError(f"--kube-versions: {item} is not tested (tested: {', '.join(tested)})",
                              "add it to kubernetes.matrix in trainstack.lock.yaml")
-        out += [v for v in match if v not in out]
+        if found not in out:
+            out.append(found)
     return out
 
 

@@ -47,6 +47,11 @@ class Outcome:
     data: dict[str, Any] = field(default_factory=dict)
 
 
+def server_version(kube: Any) -> str:
+    """The API server's gitVersion (`kubectl version`), e.g. v1.36.3."""
+    return str(kube.kubectl_json("version").get("serverVersion", {}).get("gitVersion", ""))
+
+
 def terminal_state(trainjob: dict[str, Any] | None) -> tuple[str, str]:
     """('Complete'|'Failed'|'', message) from a TrainJob's conditions."""
     if not trainjob:

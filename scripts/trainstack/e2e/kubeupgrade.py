@@ -17,12 +17,14 @@ import dataclasses
 import time
 from typing import Any
 
+import yaml
+
 from .. import lock as lockmod
 from .. import tools
 from ..cluster.common import pid_alive, stop_pids
 from ..cluster.controlplane import switches
 from ..errors import UsageError, UserError
-from .base import Outcome, SuiteFailure
+from .base import Outcome, SuiteFailure, server_version
 from .smokejobs import SMOKE_NS
 
 # Upstream's order: the API server first (it serves older clients), then the controller manager and scheduler.
@@ -32,15 +34,14 @@ SWITCHES = ("--feature-gates", "--runtime-config")
 
 def target_lock(lock: lockmod.Lock, target: str) -> lockmod.Lock:
     """The lock for TARGET, a tested release newer than the lock's; one line otherwise."""
-    found = [v for v in lock.kubernetes_matrix() if v == target or v == f"v{target}" or
-             lockmod.minor_of(v) == target.lstrip("v")]
-    if not found:
+    found = lock.kubernetes_release(target)
+    if found is None:
         raise UsageError(f"--kube-upgrade-to {target}: not a tested release "
                          f"(tested: {', '.join(lock.kubernetes_matrix())})")
-    if lockmod.release_key(found[0]) <= lockmod.release_key(lock.kubernetes_version):
-        raise UsageError(f"--kube-upgrade-to {found[0]}: not newer than the cluster's {lock.kubernetes_version}",
+    if lockmod.release_key(found) <= lockmod.release_key(lock.kubernetes_version):
+        raise UsageError(f"--kube-upgrade-to {found}: not newer than the cluster's {lock.kubernetes_version}",
                          f"run with {lockmod.KUBERNETES_ENV} set to an older release to upgrade from it")
-    return lock.for_kubernetes(found[0])
+    return lock.for_kubernetes(found)
 
 
 def upgraded_command(command: list[str], binary: str, component: str, lock: lockmod.Lock) -> list[str]:
@@ -85,7 +86,7 @@ def upgrade(suite: Any, new: lockmod.Lock) -> Outcome:
     cluster = suite.kube
     if not hasattr(cluster, "start_component"):
         raise UserError("--kube-upgrade-to needs the local provider (it replaces the control plane's processes)")
-    before = served_version(cluster)
+    before = server_version(cluster)
     # every command first: the controller manager and the scheduler exit when they lose their leases while
     # the API server is down (a kubelet or systemd would start them again, with the new binary)
     commands = {c: cluster.component_command(c) for c in ORDER}
@@ -101,17 +102,13 @@ def upgrade(suite: Any, new: lockmod.Lock) -> Outcome:
             cluster.wait_api(120)
     # the platform's controllers lost their leases too: started again as their Deployments' pods would be
     restarted = suite.provider.controllers.restart_dead() if getattr(suite.provider, "controllers", None) else []
-    served = served_version(cluster)
+    served = server_version(cluster)
     if served != new.kubernetes_version:
         raise SuiteFailure(f"after the upgrade the API server says {served}, not {new.kubernetes_version}")
     seconds = round(time.monotonic() - start, 1)
     again = f"; started again: {', '.join(restarted)}" if restarted else ""
     return Outcome(f"{before} -> {served} ({', '.join(ORDER)} in turn, same etcd) in {seconds:.1f}s{again}",
                    {"from": before, "to": served, "seconds": seconds, "restarted": restarted})
-
-
-def served_version(cluster: Any) -> str:
-    return str(cluster.kubectl_json("version").get("serverVersion", {}).get("gitVersion", ""))
 
 
 def kept(suite: Any) -> Outcome:
@@ -130,13 +127,7 @@ def kept(suite: Any) -> Outcome:
 
 def new_job(suite: Any) -> Outcome:
     job = dataclasses.replace(suite.jobs[0], name=f"{suite.jobs[0].name[:50]}-upgraded")
-    suite.kube.kubectl("create", "-f", "-", input_text=_dump(job.manifest(SMOKE_NS)))
+    suite.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job.manifest(SMOKE_NS)))
     suite.wait_trainjobs({job.name: "Complete"}, timeout=suite.provider.job_timeout)
     return Outcome(f"TrainJob {job.name} on {job.runtime_name} Complete on the new release",
                    {"job": job.name, "runtime": job.runtime_name})
-
-
-def _dump(obj: dict[str, Any]) -> str:
-    import yaml
-
-    return yaml.safe_dump(obj)

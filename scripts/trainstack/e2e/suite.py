@@ -35,6 +35,7 @@ from .base import (
     Step,
     StepFn,
     SuiteFailure,
+    server_version,
     terminal_state,
 )
 from .frameworks import FrameworkSteps
@@ -165,7 +166,7 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
 
     def cluster_up(self) -> Outcome:
         self.kube = self.provider.up(self)
-        version = self.kube.kubectl_json("version").get("serverVersion", {}).get("gitVersion", "")
+        version = server_version(self.kube)
         nodes = self.kube.kubectl_json("get", "nodes").get("items", [])
         # the kubelets that really run pods (KWOK's fake nodes report a version they were told)
         kubelets = sorted({n.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "") for n in nodes

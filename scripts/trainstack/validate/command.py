@@ -79,8 +79,8 @@ def _validate(args: argparse.Namespace, stdin_text: str | None) -> report.Result
     lock = lockmod.load()
     # --env renders for the release whose schemas are asked for (a tested one: the chart's kubeVersion and
     # version checks see it), else for the lock's
-    tested = [v for v in lock.kubernetes_matrix() if lockmod.minor_of(v) == minor]
-    render_lock = lock.for_kubernetes(tested[0]) if tested else lock
+    tested = lock.kubernetes_release(minor) if minor else None
+    render_lock = lock.for_kubernetes(tested) if tested else lock
     for env in args.env:
         from .. import render
 
