@@ -105,8 +105,8 @@ e2e: setup ## smoke TrainJobs end to end (PROVIDER=local|kind|existing|auto, ENV
 setup-gitops: setup ## make setup + the gitops tier: Argo CD (built from its module with the pinned Go toolchain; not in make setup: a cold build of 6 to 22 min here)
 	$(TS) tools install --tier gitops
 
-e2e-gitops: setup-gitops ## the platform synced from git by the real Argo CD on the local cluster's real node
-	$(TS) e2e --provider local --env $(ENV) --gitops
+e2e-gitops: setup-gitops ## the platform synced from git by a stock Argo CD (no plugin) on one real node of the local cluster (its TrainJobs are single-node; training across nodes is make e2e's)
+	$(TS) e2e --provider local --env $(ENV) --gitops --real-nodes 1
 
 e2e-data-cache: setup ## make e2e with the LWS data cache on
 	$(TS) e2e --provider $(PROVIDER) --env $(ENV) --data-cache

@@ -41,6 +41,41 @@ def rendered(env: str) -> tuple[dict, ...]:
     return tuple(docs_of(result.stdout))
 
 
+@functools.cache
+def published_archive() -> Path:
+    """This checkout's chart as `trainstack chart package` writes it (what CI publishes), once a session."""
+    import tempfile
+
+    from trainstack import paths, publish
+
+    out = Path(tempfile.mkdtemp(prefix="trainstack-published-"))
+    return publish.package(paths.chart_dir(), out)
+
+
+def plain_kustomize(repo: Path, env: str, lock) -> list[dict]:
+    """What Argo CD's own kustomize gives for REPO/overlays/ENV (a copy of this checkout, or part of one):
+    the published chart where its `helm pull --untar` leaves it (charts/NAME-VERSION/ in the overlay),
+    then the pinned `kustomize build --enable-helm` with the release's --helm-kube-version, as Argo CD
+    passes the destination's. No --load-restrictor: every file the overlay reads is in its folder."""
+    import subprocess
+    import tarfile
+
+    from trainstack import tools
+
+    overlay = repo / "overlays" / env
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    chart = next(c for c in kustomization["helmCharts"] if c["name"] == "trainstack")
+    home = overlay / "charts" / f"trainstack-{chart['version']}"
+    home.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(published_archive()) as tar:
+        tar.extractall(home, filter="data")
+    built = subprocess.run([str(tools.require("kustomize")), "build", "--enable-helm", "--helm-kube-version",
+                            lock.kubernetes_version, "--helm-command", str(tools.require("helm")), str(overlay)],
+                           capture_output=True, text=True, timeout=600, check=False)
+    assert built.returncode == 0, built.stderr
+    return docs_of(built.stdout)
+
+
 def group_kind(obj: dict) -> tuple[str, str]:
     api = str(obj.get("apiVersion", ""))
     return (api.split("/")[0] if "/" in api else "", str(obj.get("kind", "")))

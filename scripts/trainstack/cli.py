@@ -71,17 +71,6 @@ def _cmd_render(args: argparse.Namespace) -> int:
         files = [str(f.relative_to(paths.repo_root())) for f in render.values_files(args.env)]
         print(" ".join(f"-f {shlex.quote(f)}" for f in files))
         return 0
-    if args.cache_dir and not args.out:
-        from . import rendercache
-
-        render.overlay_dir(args.env)  # an unknown environment is one line, before any hashing
-        key = rendercache.tree_key(paths.repo_root(), args.env)
-        stream, hit = rendercache.cached(Path(args.cache_dir), key,
-                                         lambda: render.to_stream(render.render_objects(args.env)))
-        if hit:
-            progress.info(f"{rendercache.REUSED} {args.cache_dir} (key {key[:12]})")
-        sys.stdout.write(stream)
-        return 0
     objects = render.render_objects(args.env)
     if args.out:
         written = render.write_dir(objects, Path(args.out))
@@ -171,9 +160,6 @@ def build_parser() -> argparse.ArgumentParser:
     render_p.add_argument("--values-args", action="store_true",
                           help="print only helm's -f arguments for ENV's values files, in order "
                           "(helm upgrade ... $(trainstack render --env prod --values-args))")
-    render_p.add_argument("--cache-dir", help="reuse the render of a byte-identical repository tree stored here "
-                          "(the GitOps plugin: Argo CD asks again for the same commit when the cluster's API "
-                          "list changes); ignored with -o")
     render_p.set_defaults(func=_cmd_render)
 
     lock_p = sub.add_parser("lock", help="check trainstack.lock.yaml")

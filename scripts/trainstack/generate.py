@@ -2,7 +2,8 @@
 
 One list, STEPS, names every generator of a file trainstack commits: the versions the lock pins
 (`lock sync`), the Kueue configuration string in values.yaml (`kueueconfig`), the version of the
-newest release (`_version.py`, Chart.yaml's `version`), CHANGELOG.md,
+newest release (`_version.py`, Chart.yaml's `version`), the overlays' published chart and shared
+values copies (`overlaysync`), CHANGELOG.md,
 the chart README, values.schema.json and the README tables (`trainstack docs`), docs/guardrails.md's
 table (`validate.review`) and the golden renders (tests/chart/golden.py). `generate` runs them in
 order on a checkout; `verify` runs the same steps on a scratch copy of the checkout (its tracked
@@ -70,6 +71,12 @@ def _version(root: Path) -> None:
     release.write_version(root)
 
 
+def _overlays(root: Path) -> None:
+    from . import overlaysync
+
+    overlaysync.write(root)
+
+
 def _changelog(root: Path) -> None:
     from . import release
 
@@ -113,6 +120,8 @@ STEPS = [
     Step("kueue config", "values.yaml's Kueue configuration string (upstream's default at the pinned Kueue + trainstack's keys)",
          _kueue_config),
     Step("version", "scripts/trainstack/_version.py and Chart.yaml's version (the newest release)", _version),
+    Step("overlays", "the published chart each overlays/ENV/kustomization.yaml names (releases.yaml's chartRepository "
+         "and version), and the copies of overlays/shared/ files the overlays list", _overlays),
     Step("changelog", "CHANGELOG.md (releases.yaml)", _changelog),
     Step("docs", "the chart README, values.schema.json, the README tables", _docs),
     Step("review", "docs/guardrails.md's table", _review),

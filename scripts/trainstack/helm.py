@@ -37,12 +37,15 @@ def run(args: list[str], lock: lockmod.Lock | None = None, timeout: float | None
 
 def template_args(chart: Path | str | None = None, *args: str, release: str = api.RELEASE,
                   namespace: str = api.NAMESPACE, include_crds: bool = False,
-                  kube_version: str | None = None) -> list[str]:
+                  kube_version: str | None = None, include_tests: bool = False) -> list[str]:
     """The one `helm template` command line: RELEASE of CHART (default: the working tree's chart) into
-    NAMESPACE, then ARGS (values files, --set, --show-only); the caller runs it with `run`."""
+    NAMESPACE, then ARGS (values files, --set, --show-only); the caller runs it with `run`. Without
+    include_tests it leaves out the chart's `helm test` hook, as `helm install` creates none of it."""
     line = ["template", release, str(chart if chart is not None else paths.chart_dir()), "--namespace", namespace]
     if include_crds:
         line.append("--include-crds")
+    if not include_tests:
+        line.append("--skip-tests")
     if kube_version:
         line += ["--kube-version", kube_version]
     return [*line, *args]

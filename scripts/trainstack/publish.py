@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from . import chartpack, cmdline, deps, helm, paths, proc, progress
+from . import chartpack, cmdline, deps, helm, paths, proc, progress, release
 from . import lock as lockmod
 from .errors import UsageError, UserError, output_line
 
@@ -187,7 +187,7 @@ def _package_cmd(args: argparse.Namespace) -> int:
 
 
 def _cmd(args: argparse.Namespace) -> int:
-    result = publish(args.registry, plain_http=args.plain_http, sign_key=args.sign or "")
+    result = publish(args.registry or release.chart_repository(), plain_http=args.plain_http, sign_key=args.sign or "")
     if args.output == "json":
         print(json.dumps(asdict(result), indent=2, sort_keys=True))
     else:
@@ -200,7 +200,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     csub = cmdline.group(sub, "chart", "the umbrella chart as an artifact")
     pub = csub.add_parser("publish", help="package charts/trainstack (dependencies and CRDs included) and push it "
                                           "to an OCI registry with the pinned helm; never overwrites a version")
-    pub.add_argument("--registry", required=True, help="where to push: oci://HOST[:PORT]/PATH")
+    pub.add_argument("--registry", help="where to push: oci://HOST[:PORT]/PATH (default: releases.yaml's "
+                                        "chartRepository, which the environments name)")
     pub.add_argument("--plain-http", action="store_true", help="the registry speaks plain HTTP (loopback only)")
     pub.add_argument("--output", choices=["text", "json"], default="text")
     pub.add_argument("--sign", metavar="KEY", help="also push helm provenance (NAME-VERSION.tgz.prov) signed by this "
@@ -212,11 +213,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     pkg.add_argument("--sign", metavar="KEY", help="write NAME-VERSION.tgz.prov beside it, signed by this gpg key "
                                                    "(`helm verify --keyring PUBRING` / `helm install --verify` check it)")
     pkg.set_defaults(func=_package_cmd)
-    img = csub.add_parser("images", help="every image an environment's install runs, one per line (with its digest "
-                                         "where the lock pins one): the list to mirror")
+    img = csub.add_parser("images", help="every image an environment's install runs (and its `helm test`), one per "
+                                         "line (with its digest where the lock pins one): the list to mirror")
     img.add_argument("--env", default="prod", help="overlay whose values decide the images (default prod)")
     img.set_defaults(func=_images_cmd)
 
+
+
+TEST_TEMPLATE = "templates/platform-test.yaml"
 
 
 def images(objects: list[dict[str, Any]], lock: lockmod.Lock | None = None) -> list[str]:
@@ -245,6 +249,13 @@ def images(objects: list[dict[str, Any]], lock: lockmod.Lock | None = None) -> l
 def _images_cmd(args: argparse.Namespace) -> int:
     from . import render
 
-    for reference in images(render.render_objects(args.env)):
+    objects = render.render_objects(args.env)
+    # and the `helm test` pod (a hook: GitOps renders leave it out, a helm install's `helm test` runs it)
+    hook = helm.run(helm.template_args(None, *render.value_args(args.env), "--show-only", TEST_TEMPLATE,
+                                       include_tests=True, kube_version=lockmod.load().kubernetes_version),
+                    check=False)
+    if hook.returncode == 0:
+        objects += [d for d in yaml.safe_load_all(hook.stdout) if isinstance(d, dict)]
+    for reference in images(objects):
         print(reference)
     return 0

@@ -1,8 +1,10 @@
 """Renders an environment's manifests: the pinned kustomize over overlays/ENV, inflating the
 umbrella chart with the pinned helm, then sorted into a deterministic order.
 
-`kustomize build --enable-helm overlays/ENV` and `trainstack render --env ENV` therefore give
-the same objects; render only orders them and writes them out.
+Each overlay's kustomization names the published chart (releases.yaml's chartRepository and the
+chart's version); render builds it with this checkout's chart in that place, so `kustomize build
+--enable-helm overlays/ENV` against the published chart (what Argo CD runs) and `trainstack render
+--env ENV` give the same objects; render only orders them and writes them out.
 
 Which values files make up an environment is read from one place, its kustomization's
 `helmCharts` entry (`valuesFile`, then `additionalValuesFiles`): `values_files`, `value_args`
@@ -15,6 +17,7 @@ from __future__ import annotations
 import re
 import shutil
 import tarfile
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +28,7 @@ from . import lock as lockmod
 from .errors import UserError
 
 MARKER = ".trainstack-render"
+CHART_NAME = "trainstack"
 
 # Install order: what others depend on first (as Helm and Argo CD order them).
 KIND_ORDER = [
@@ -84,6 +88,11 @@ def values_files(env: str, root: Path | None = None) -> list[Path]:
         if not path.is_relative_to(top.resolve()):
             raise UserError(f"{shown}: {field}: {name} is outside the repository",
                             "keep an environment's values files in the repository", exit_code=2)
+        if root is None and not path.is_relative_to(overlay.resolve()):
+            raise UserError(f"{shown}: {field}: {name} is outside the overlay's folder, which kustomize (and Argo "
+                            f"CD's) refuses to read",
+                            "list a file of overlays/shared/ by its name alone: make generate copies it into the folder",
+                            exit_code=2)
         if not path.is_file():
             raise UserError(f"{shown}: {field}: {name} not found ({_shown(path, top)})",
                             "create the file or remove it from the list", exit_code=2)
@@ -131,15 +140,6 @@ def env_values(env: str, root: Path | None = None) -> dict[str, Any]:
     return merged
 
 
-def load_restrictor_args(env: str) -> list[str]:
-    """kustomize refuses files outside the overlay folder; values files shared between overlays
-    (overlays/shared/) need that lifted. values_files has checked that each listed values file is
-    in the repository, so the rule becomes "in the repository" for those overlays only."""
-    overlay = overlay_dir(env).resolve()
-    outside = [p for p in values_files(env) if not p.is_relative_to(overlay)]
-    return ["--load-restrictor", "LoadRestrictionsNone"] if outside else []
-
-
 def sort_key(doc: dict) -> tuple:
     kind = str(doc.get("kind", ""))
     meta = doc.get("metadata") or {}
@@ -147,18 +147,47 @@ def sort_key(doc: dict) -> tuple:
     return (rank, kind, str(doc.get("apiVersion", "")), str(meta.get("namespace", "")), str(meta.get("name", "")))
 
 
+def published_chart(env: str) -> tuple[str, str]:
+    """The (repo, version) of the published chart ENV's kustomization names; its version must be this
+    checkout's chart's (make generate writes it), or render would show one chart under another's name."""
+    kustomization = overlay_dir(env) / "kustomization.yaml"
+    shown = _shown(kustomization, paths.repo_root())
+    data = yaml.safe_load(kustomization.read_text()) or {}
+    index, chart = next((i, c) for i, c in enumerate(data["helmCharts"]) if c.get("name") == "trainstack")
+    repo, version = str(chart.get("repo") or ""), str(chart.get("version") or "")
+    try:
+        chart_version = str((yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text()) or {}).get("version"))
+    except (OSError, yaml.YAMLError):
+        raise UserError(f"{paths.chart_dir() / 'Chart.yaml'} is missing or not valid YAML") from None
+    if not repo.startswith("oci://") or version != chart_version:
+        raise UserError(f"{shown}: helmCharts[{index}] names {repo or 'no repo'} version {version or '(none)'}, "
+                        f"not this checkout's chart {chart_version} in an OCI repository",
+                        "run 'make generate' (it writes releases.yaml's chartRepository and version there)",
+                        exit_code=2)
+    return repo, version
+
+
 def kustomize_build(env: str, lock: lockmod.Lock | None = None) -> str:
-    """Raw `kustomize build --enable-helm` output for overlays/ENV, with the pinned helm."""
+    """Raw `kustomize build --enable-helm` output for overlays/ENV, with the pinned helm. The
+    kustomization names the published chart; the build runs on a scratch copy of overlays/ whose chart
+    home holds this checkout's chart under that name and version, so kustomize inflates the chart
+    being developed instead of pulling (the published archive is this chart, packaged reproducibly)."""
     lock = lock or lockmod.load()
-    directory = overlay_dir(env)
-    restrictor = load_restrictor_args(env)  # checks the values files first: a missing one is one line
+    values_files(env)  # a missing or misplaced values file is one line naming the kustomization
+    _, version = published_chart(env)
     deps.ensure(lock)
     helm_bin = tools.require("helm", lock)
-    # Capabilities.KubeVersion of the lock's release (the chart's kubeVersion and version checks see it), not the
-    # version helm was built with; TRAINSTACK_KUBERNETES renders for another tested release (make test-matrix)
-    result = helm.run(["build", "--enable-helm", *restrictor, "--helm-command", str(helm_bin),
-                       "--helm-kube-version", lock.kubernetes_version, str(directory)],
-                      lock=lock, binary="kustomize", check=False)
+    with tempfile.TemporaryDirectory(prefix="trainstack-render-") as tmp:
+        overlays = Path(tmp) / "overlays"
+        shutil.copytree(paths.overlays_dir(), overlays, ignore=shutil.ignore_patterns("charts", ".*"))
+        home = overlays / env / "charts" / f"{CHART_NAME}-{version}"
+        home.mkdir(parents=True)
+        (home / CHART_NAME).symlink_to(paths.chart_dir().resolve(), target_is_directory=True)
+        # Capabilities.KubeVersion of the lock's release (the chart's kubeVersion and version checks see it), not
+        # the version helm was built with; TRAINSTACK_KUBERNETES renders for another tested release (make test-matrix)
+        result = helm.run(["build", "--enable-helm", "--helm-command", str(helm_bin),
+                           "--helm-kube-version", lock.kubernetes_version, str(overlays / env)],
+                          lock=lock, binary="kustomize", check=False)
     if result.returncode != 0:
         raise UserError(f"overlays/{env}: kustomize build failed: {helm.first_error_line(result.stderr)}",
                         "fix the overlay or the chart values it sets")

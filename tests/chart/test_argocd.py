@@ -1,5 +1,5 @@
-"""overlays/argocd: the AppProject, ApplicationSet, plugin and Argo CD install Component are
-valid for the pinned Argo CD, permit exactly what the environments render, and the TrainJob and
+"""overlays/argocd: the AppProject, ApplicationSet and Argo CD install Component are
+valid for the pinned Argo CD, render with Argo CD as it ships (no plugin), permit exactly what the environments render, and the TrainJob and
 JobSet health checks give the right status when run by a real Lua 5.1 interpreter."""
 
 from __future__ import annotations
@@ -9,7 +9,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tarfile
 from pathlib import Path
 
@@ -22,9 +21,11 @@ from gitops_support import (
     argocd_crds,
     argocd_file,
     argocd_validator,
+    canonical,
     cluster_scoped,
     crd_validator,
     group_kind,
+    plain_kustomize,
     rendered,
     schema_errors,
 )
@@ -129,7 +130,6 @@ def test_one_application_per_environment_and_labelled_cluster(argocd_objects):
 
     appset = one(argocd_objects, "ApplicationSet")
     project = one(argocd_objects, "AppProject")
-    plugin = yaml.safe_load((ARGOCD / "cmp-plugin.yaml").read_text())
     elements = appset["spec"]["generators"][0]["matrix"]["generators"][0]["list"]["elements"]
     assert sorted(e["env"] for e in elements) == render.environments()
     assert generated_applications(appset, {**FAKE_CLUSTER, "labels": {"team": "x"}}) == []
@@ -141,8 +141,9 @@ def test_one_application_per_environment_and_labelled_cluster(argocd_objects):
         assert spec["project"] == project["metadata"]["name"]
         assert spec["source"]["repoURL"] in project["spec"]["sourceRepos"]
         assert (ROOT / spec["source"]["path"] / "kustomization.yaml").is_file()
-        assert spec["source"]["plugin"] == {"name": plugin["metadata"]["name"],
-                                            "env": [{"name": "TRAINSTACK_ENV", "value": env}]}
+        # plain kustomize of the environment's folder: Argo CD's own, no plugin
+        assert set(spec["source"]) == {"repoURL", "targetRevision", "path"}, spec["source"]
+        assert spec["source"]["path"] == f"overlays/{env}"
         assert spec["destination"] == {"server": FAKE_CLUSTER["server"], "namespace": "kubeflow-system"}
         assert app["metadata"]["labels"]["trainstack.io/environment"] == env
     assert len(names) == len(ENVIRONMENTS)
@@ -209,47 +210,7 @@ def test_every_rendered_object_is_permitted_by_the_project(argocd_objects):
                 assert any(fnmatch.fnmatchcase(namespace, p) for p in patterns), (env, doc["kind"], doc["metadata"]["name"])
 
 
-# ----------------------------------------------------------------------------- the plugin
-def go_struct_fields(source: str) -> dict[str, set[str]]:
-    """Struct name -> JSON field names (embedded structs' fields promoted), from Go source."""
-    structs = dict(re.findall(r"type (\w+) struct \{(.*?)\n\}", source, re.DOTALL))
-
-    def fields(name: str) -> set[str]:
-        out = set()
-        for line in structs[name].splitlines():
-            line = line.strip()
-            if not line or line.startswith("//"):
-                continue
-            tag = re.search(r'(?:json|yaml):"([^",]*)', line)
-            parts = line.split()
-            if len(parts) == 1 and parts[0] in structs:
-                out |= fields(parts[0])
-            elif tag and tag.group(1):
-                out.add(tag.group(1))
-            elif tag is None and len(parts) >= 2:
-                out.add(parts[0][0].lower() + parts[0][1:])
-        return out
-    return {name: fields(name) for name in structs}
-
-
-@pytest.mark.slow
-def test_plugin_config_matches_the_pinned_argocd_cmp_server(argocd_objects):
-    """Field names from Argo CD's own cmpserver/plugin/config.go, and its ValidatePluginConfig rules."""
-    fields = go_struct_fields(argocd_file("cmpserver/plugin/config.go"))
-    plugin = yaml.safe_load((ARGOCD / "cmp-plugin.yaml").read_text())
-    assert plugin["apiVersion"] == "argoproj.io/v1alpha1" and plugin["kind"] == "ConfigManagementPlugin"
-    assert set(plugin) <= {"apiVersion", "kind", "metadata", "spec"}
-    assert plugin["metadata"]["name"]
-    assert set(plugin["spec"]) <= fields["PluginConfigSpec"]
-    for step in ("init", "generate"):
-        assert set(plugin["spec"][step]) <= fields["Command"], step
-        assert all(isinstance(a, str) for a in plugin["spec"][step]["command"] + plugin["spec"][step]["args"])
-    assert plugin["spec"]["generate"]["command"]
-    assert "version" not in plugin["spec"], "a version would rename the plugin to <name>-<version>"
-    configmap = by_kind(argocd_objects, "ConfigMap")["trainstack-cmp-plugin"]
-    assert configmap["data"]["plugin.yaml"] == (ARGOCD / "cmp-plugin.yaml").read_text()
-
-
+# ----------------------------------------------------------------------------- what Argo CD renders
 def checkout_copy(dest: Path, only: list[str] | None = None) -> Path:
     """The files a git checkout of this working tree has (tracked and not ignored), symlinks kept;
     with ONLY, just those under one of these repository paths."""
@@ -281,7 +242,7 @@ def generate_paths(app: dict) -> list[str]:
 
 def test_a_commit_outside_the_render_inputs_reuses_the_manifests(argocd_objects):
     """Teams' TrainJobs, docs and tests committed to the same repository do not make Argo CD
-    render the platform again (the plugin render below proves the paths are enough)."""
+    render the platform again (the render below proves the paths are enough)."""
     appset = one(argocd_objects, "ApplicationSet")
     for env in ENVIRONMENTS:
         app = generated_applications(appset, {**FAKE_CLUSTER, "labels": {"trainstack.io/environment": env}})[0]
@@ -294,51 +255,18 @@ def test_a_commit_outside_the_render_inputs_reuses_the_manifests(argocd_objects)
 
 
 @pytest.mark.slow
-def test_plugin_commands_render_an_environment_from_a_bare_checkout(chart_ready, tmp_path):
-    """The plugin's init and generate, run as the CMP server runs them (sh in the Application's
-    folder of a fresh copy without the built chart dependencies), print what render prints.
-    Offline: dependencies come from the pinned sources in the Go module cache."""
-    plugin = yaml.safe_load((ARGOCD / "cmp-plugin.yaml").read_text())["spec"]
-    # Only what the Application's manifest-generate-paths name: Argo CD reuses its cached
-    # manifests for a commit that changes nothing there, so the render must need nothing else.
+def test_stock_kustomize_renders_an_environment_from_its_generate_paths_alone(chart_ready, lock, tmp_path):
+    """Argo CD's repo-server as it ships: its kustomize, on a checkout holding only what the Application's
+    manifest-generate-paths name (Argo CD reuses its cached manifests for a commit that changes nothing
+    there, so the render must need nothing else), with the published chart pulled where `helm pull --untar`
+    puts it, prints what render prints. No trainstack code, no built dependencies, no --load-restrictor."""
     appset = one(kustomize(ARGOCD), "ApplicationSet")
     app = next(a for a in generated_applications(appset, {**FAKE_CLUSTER, "labels": {"trainstack.io/environment": "prod"}}))
     paths = generate_paths(app)
-    assert "overlays/prod" in paths and "examples" not in paths and "tests" not in paths, paths
+    assert "overlays/prod" in paths and "examples" not in paths and "scripts" not in paths, paths
     repo = checkout_copy(tmp_path / "repo", only=paths)
-    assert not (repo / "charts" / "trainstack" / "charts").exists()
-    assert not (repo / "examples").exists() and not (repo / "README.md").exists()
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
-           "ARGOCD_ENV_TRAINSTACK_ENV": "prod", "ARGOCD_APP_NAME": "trainstack-prod-test",
-           "TRAINSTACK_DEPS_SOURCE": "source", "GOPROXY": "off", "GOFLAGS": "-mod=mod",
-           "TRAINSTACK_RENDER_CACHE": str(tmp_path / "renders")}
-    env.pop("TRAINSTACK_ROOT", None)
-    app_dir = repo / "overlays" / "prod"
-
-    def run(step: str) -> subprocess.CompletedProcess:
-        result = subprocess.run([*plugin[step]["command"], *plugin[step]["args"]], cwd=app_dir, env=env,
-                                capture_output=True, text=True, timeout=600, check=False)
-        assert result.returncode == 0, (step, result.stderr[-3000:])
-        return result
-
-    run("init")
-    first = run("generate")
-    assert (repo / "charts" / "trainstack" / "charts" / ".trainstack-deps.json").is_file()
-    assert docs_of(first.stdout) == list(rendered("prod"))
-    # Argo CD asks again for the same commit when the cluster's API list changes: the same bytes,
-    # from the plugin's render cache
-    again = run("generate")
-    assert again.stdout == first.stdout and "reused" in again.stderr
-    # a commit that changes a value is rendered anew
-    values = repo / "overlays" / "prod" / "values.yaml"
-    data = yaml.safe_load(values.read_text())
-    data.setdefault("kubeflow-trainer", {}).setdefault("manager", {})["replicas"] = 3
-    values.write_text(yaml.safe_dump(data, sort_keys=False))
-    changed = run("generate")
-    assert "reused" not in changed.stderr
-    trainer = [d for d in docs_of(changed.stdout) if d["kind"] == "Deployment"
-               and d["metadata"]["name"] == "kubeflow-trainer-controller-manager"]
-    assert [d["spec"]["replicas"] for d in trainer] == [3]
+    assert not (repo / "charts").exists() and not (repo / "scripts").exists()
+    assert canonical(plain_kustomize(repo, "prod", lock)) == canonical(rendered("prod"))
 
 
 # ----------------------------------------------------------------------------- install Component
@@ -363,26 +291,17 @@ def test_install_component_merges_health_checks_into_argocd_cm(installed):
         assert data[key] == path.read_text(), key
     assert data["kustomize.buildOptions"] == "--enable-helm"
     assert installed["argocd-cm"]["metadata"]["labels"]["app.kubernetes.io/part-of"] == "argocd"
+    # what the install Component adds to argocd-cm: the two health checks and kustomize's --enable-helm
+    shipped = by_kind(docs_of(argocd_file("manifests/install.yaml")), "ConfigMap")["argocd-cm"].get("data") or {}
+    assert set(data) - set(shipped) == {*HEALTH_KEYS, "kustomize.buildOptions"}
 
 
 @pytest.mark.slow
-def test_install_component_adds_the_plugin_sidecar(installed, argocd_objects):
-    pod = installed["argocd-repo-server"]["spec"]["template"]["spec"]
-    containers = {c["name"]: c for c in pod["containers"]}
-    assert "argocd-repo-server" in containers
-    sidecar = containers["trainstack-cmp"]
-    assert sidecar["command"] == ["/var/run/argocd/argocd-cmp-server"]
-    assert sidecar["securityContext"]["runAsUser"] == 999
-    volumes = {v["name"]: v for v in pod["volumes"]}
-    mounts = {m["mountPath"]: m for m in sidecar["volumeMounts"]}
-    assert {m["name"] for m in mounts.values()} <= set(volumes)
-    assert mounts["/var/run/argocd"]["name"] == "var-files"
-    assert mounts["/home/argocd/cmp-server/plugins"]["name"] == "plugins"
-    config = mounts["/home/argocd/cmp-server/config/plugin.yaml"]
-    assert config["subPath"] == "plugin.yaml"
-    assert volumes[config["name"]]["configMap"]["name"] in by_kind(argocd_objects, "ConfigMap")
-    assert volumes[mounts["/tmp"]["name"]] == {"name": mounts["/tmp"]["name"], "emptyDir": {}}
-    assert mounts["/tmp"]["name"] not in {m["name"] for m in containers["argocd-repo-server"]["volumeMounts"]}
+def test_install_component_leaves_the_repo_server_as_argocd_ships_it(installed):
+    """No sidecar, no plugin volume, no image of ours: the repo-server Deployment of Argo CD's install.yaml."""
+    shipped = by_kind(docs_of(argocd_file("manifests/install.yaml")), "Deployment")["argocd-repo-server"]
+    shipped["metadata"]["namespace"] = "argocd"
+    assert installed["argocd-repo-server"] == shipped
 
 
 @pytest.mark.slow

@@ -16,7 +16,7 @@ def test_data_cache_render_adds_lws_and_the_cache_runtime(chart_ready, lock):
     assert "dataCache.enabled=true" in smokemod.value_args("dev", data_cache=True)
     assert smokemod.value_args("dev") == ["-f", str(ROOT / "overlays" / "dev" / "values.yaml")]
     # staging's files as its kustomization lists them: what it shares with prod, then its own
-    assert smokemod.value_args("staging") == ["-f", str(ROOT / "overlays" / "shared" / "production.yaml"),
+    assert smokemod.value_args("staging") == ["-f", str(ROOT / "overlays" / "staging" / "production.yaml"),
                                               "-f", str(ROOT / "overlays" / "staging" / "values.yaml")]
     assert ("lws-controller-manager", basemod.NAMESPACE) in names(cached, "Deployment") - names(plain, "Deployment")
     crd = "leaderworkersets.leaderworkerset.x-k8s.io"

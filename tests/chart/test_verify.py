@@ -5,6 +5,7 @@ made in a copy of the checkout, never in the working tree."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -30,9 +31,16 @@ def test_a_hand_edited_or_missing_generated_file_is_named(chart_ready, tmp_path:
     values = copy / "charts/trainstack/values.yaml"  # upstream's part of the Kueue string, edited by hand
     assert "        qps: 300\n" in values.read_text()
     values.write_text(values.read_text().replace("        qps: 300\n", "        qps: 30\n"))
+    # the overlays' generated parts: a copy of the shared values edited in place, a chart version by hand
+    with (copy / "overlays/staging/production.yaml").open("a") as shared_copy:
+        shared_copy.write("monitoring: {enabled: false}\n")
+    dev = copy / "overlays/dev/kustomization.yaml"
+    dev.write_text(re.sub(r"(?m)^    version: .*$", "    version: 0.0.1", dev.read_text(), count=1))
 
     result = run_cli("verify", env={"TRAINSTACK_ROOT": str(copy)}, cwd=copy, timeout=900)
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.splitlines() == ["stale: CHANGELOG.md", "stale: charts/trainstack/values.yaml",
+                                          "stale: overlays/dev/kustomization.yaml",
+                                          "stale: overlays/staging/production.yaml",
                                           "stale: scripts/trainstack/_version.py", "stale: tests/chart/golden/prod.yaml"]
     assert "make generate" in result.stderr and len(result.stderr.splitlines()) == 1

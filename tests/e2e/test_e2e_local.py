@@ -24,6 +24,7 @@ REQUIRED = [
     "controllers and webhooks ready",
     "golden runtimes installed",
     "policies installed",
+    "helm test",
     "smoke TrainJobs Complete",
     "JobSets and Jobs created",
     "framework env injected",
@@ -105,6 +106,13 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
     steps = {s["step"]: s for s in report["steps"]}
     for name in REQUIRED + REAL_NODE_STEPS:
         assert steps[name]["result"] == "pass", (name, steps[name])
+    # what users install: the packaged chart, pushed to the cluster's registry and installed from there with
+    # helm; then the chart's own `helm test` passed on the cluster: the golden runtimes served, a TrainJob
+    # admitted by the webhooks and policies, a `:latest` one denied
+    assert steps["helm install"]["data"]["chart"].startswith("oci://127.0.0.1:"), steps["helm install"]
+    for binary in ("helm", "helm3"):  # stock helm v4 on the install, v3 after a helm3 upgrade from the registry
+        tested = steps["helm test"]["data"][binary]
+        assert tested["phase"] == "Succeeded" and not tested["failed"] and len(tested["checks"]) == 3, tested
     # the SDK's two-node torch TrainJob ran on two real nodes and trained together, read from the cluster's
     # objects: each pod on its own node, exit 0, its IP in its node's pod CIDR; rank 1 resolved the
     # rendezvous address to rank 0's pod on the other node; the gradients crossed real-1's link (at least half

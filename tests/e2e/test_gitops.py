@@ -19,6 +19,7 @@ import pytest
 
 from trainstack import lock as lockmod
 from trainstack import paths, tools
+from trainstack.e2e import argocd as argocdmod
 from trainstack.e2e import base as basemod
 from trainstack.e2e import gitops as gitopsmod
 from trainstack.e2e.providers.local import LocalProvider
@@ -68,21 +69,26 @@ def test_applicationset_generates_the_application_for_the_labelled_cluster(gitop
 
 
 @e2e
-def test_application_synced_and_healthy_through_the_plugin(gitops):
-    passed(gitops, "Application Synced and Healthy (plugin)")
+def test_application_synced_and_healthy_from_the_published_chart_with_a_stock_repo_server(gitops):
+    passed(gitops, "Application Synced and Healthy (published chart, stock repo-server)")
     passed(gitops, "CRDs established")
     passed(gitops, "controllers and webhooks ready")
     passed(gitops, "golden runtimes installed")
     passed(gitops, "policies installed")
+    # the ApplicationSet's Application is gone by the end of the run (the cluster's label is removed); what it
+    # was generated from is the ApplicationSet's template: plain kustomize of overlays/<env>, no plugin
+    appset = gitops.kube.kubectl_json("get", "applicationsets.argoproj.io", "trainstack", "-n", "argocd")
+    template = appset["spec"]["template"]["spec"]["source"]
+    assert "plugin" not in template and template["path"] == "overlays/{{.env}}", template
+    # nothing of trainstack ran in Argo CD: no CMP server among its processes
+    assert set(gitops.argocd.procs) == {"redis", *argocdmod.COMPONENTS}, sorted(gitops.argocd.procs)
 
 
 @e2e
-def test_the_plugin_renders_a_commit_once_however_often_argo_cd_asks(gitops):
-    """The first sync's CRDs change the cluster's API list, so Argo CD asks the plugin for the same
-    commit again; the plugin's render cache answers from the first render."""
-    passed(gitops, "Application Synced and Healthy (plugin)")
-    runs = gitops.first_sync_generates
-    assert len(runs) >= 2 and runs.count(False) == 1 and not runs[0], runs
+def test_argo_cds_render_is_trainstack_renders(gitops):
+    """What the repo-server rendered for the commit (from its cache) equals `trainstack render` of it."""
+    passed(gitops, "Argo CD's render is trainstack render's")
+    assert gitops.render_diff == []
 
 
 @e2e
@@ -116,9 +122,9 @@ def test_trainjob_health_progressing_healthy_and_degraded(gitops):
 
 
 @e2e
-def test_only_a_commit_to_what_the_render_reads_runs_the_plugin_again(gitops):
+def test_only_a_commit_to_what_the_render_reads_renders_the_platform_again(gitops):
     """manifest-generate-paths, live: the TrainJobs' commit (outside them) leaves the platform on Argo
-    CD's cached manifests; the values commit (inside overlays/<env>) is rendered by the plugin."""
+    CD's cached manifests; the values commit (inside overlays/<env>) is rendered again."""
     passed(gitops, "TrainJob health from git")
     passed(gitops, "a git commit reaches the cluster")
     assert gitops.renders["outside"] == 0 and gitops.renders["inside"] >= 1, gitops.renders
@@ -127,14 +133,14 @@ def test_only_a_commit_to_what_the_render_reads_runs_the_plugin_again(gitops):
 @e2e
 def test_a_commit_changing_a_value_reaches_the_cluster(gitops):
     passed(gitops, "a git commit reaches the cluster")
-    before, after = gitops.replicas  # read from the Deployment before the commit and after its sync
+    before, after = gitops.value_change  # read from the cluster before the commit and after its sync
     assert after == before + 1
 
 
 @e2e
-def test_published_chart_with_values_from_git_syncs(gitops):
+def test_the_platform_outlives_its_application_and_a_cascading_one_takes_it_over(gitops):
     passed(gitops, "chart published to the cluster's OCI registry")
-    passed(gitops, "published OCI chart with values from git")
+    passed(gitops, "a cascading Application takes the platform over")
 
 
 @e2e

@@ -52,27 +52,23 @@ def test_gitops_refuses_what_it_cannot_run_in_one_line(args, fragment):
     assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], result.stderr
 
 
-def test_plugin_runs_are_read_from_the_cmp_servers_log(tmp_path):
-    """What the live tests count: GenerateManifest calls, and each `generate` with whether the render
-    cache answered it (a log as argocd-cmp-server v3.6 writes it, one JSON object a line)."""
+def test_renders_are_read_from_the_repo_servers_log(tmp_path):
+    """What the live tests count: the repo-server's "manifest cache miss" entries for one Application (a log
+    as argocd-repo-server v3.6 writes it, one JSON object a line); cache hits and other apps do not count."""
     import json
-
-    from trainstack import rendercache
 
     argocd = gitopsmod.ArgoCD.__new__(gitopsmod.ArgoCD)
     argocd.dir = tmp_path
     (tmp_path / "logs").mkdir()
-    generate = {"command": ["sh", "-c"], "args": ["... exec python3 -m trainstack render --env dev ..."]}
-    init = {"command": ["sh", "-c"], "args": ["... python3 -m trainstack deps --charts-only ..."]}
     lines = [
-        {"command": init, "stderr": "chart dependencies ...", "msg": "Plugin command returned zero output"},
-        {"command": generate, "stderr": "", "msg": "Plugin command successful"},
+        {"application": "trainstack-dev-local", "level": "info", "msg": "manifest cache miss"},
+        {"application": "trainstack-dev-local", "level": "info", "msg": "manifest cache hit"},
+        {"application": "trainstack-e2e-jobs", "level": "info", "msg": "manifest cache miss"},
         {"grpc.method": "GenerateManifest", "grpc.code": "OK"},
-        {"grpc.method": "GenerateManifest"},  # started, not finished
-        {"command": generate, "stderr": f"{rendercache.REUSED} /tmp/x (key abc)\n"},
-        {"grpc.method": "GenerateManifest", "grpc.code": "OK"},
+        {"application": "trainstack-dev-local", "level": "info", "msg": "manifest cache miss"},
     ]
-    (tmp_path / "logs" / "argocd-cmp-server.log").write_text(
+    (tmp_path / "logs" / "argocd-repo-server.log").write_text(
         "\n".join([json.dumps(e) for e in lines] + ["not json"]) + "\n")
-    assert argocd.plugin_generates() == [False, True]
-    assert argocd.plugin_renders() == 2
+    assert argocd.renders("trainstack-dev-local") == 2
+    assert argocd.renders("trainstack-e2e-jobs") == 1
+    assert argocd.renders("other") == 0

@@ -34,15 +34,18 @@ def leaves(values: dict, prefix: tuple = ()) -> dict[tuple, object]:
 
 
 def test_env_values_files_are_the_kustomizations_list_and_shared_settings_live_once():
-    """staging and prod include overlays/shared/production.yaml before their own values.yaml; dev
-    and cpu-only have only their own. No setting is written both in the shared file and in an
+    """staging and prod include production.yaml (make generate's copy of overlays/shared/production.yaml,
+    kustomize reads nothing outside the folder) before their own values.yaml; dev and cpu-only have only
+    their own. No setting is written both in the shared file and in an
     environment's own file: each own file holds only that environment's differences."""
     from trainstack import render
 
-    shared = ROOT / "overlays" / "shared" / "production.yaml"
+    source = ROOT / "overlays" / "shared" / "production.yaml"
     for env in ENVIRONMENTS:
-        own = ROOT / "overlays" / env / "values.yaml"
+        own, shared = ROOT / "overlays" / env / "values.yaml", ROOT / "overlays" / env / "production.yaml"
         assert render.values_files(env) == ([shared, own] if env in HA_ENVS else [own]), env
+        if env in HA_ENVS:  # the copy is the shared file, byte for byte, under its generated header
+            assert shared.read_text().endswith(source.read_text()) and shared.read_text().startswith("# Generated")
         chart = yaml.safe_load((ROOT / "overlays" / env / "kustomization.yaml").read_text())["helmCharts"][0]
         assert [chart["valuesFile"], *chart.get("additionalValuesFiles", [])][-1] == "values.yaml", env
     common = leaves(values_of("shared/production.yaml"))

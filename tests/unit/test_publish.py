@@ -31,3 +31,19 @@ def test_images_walks_every_pod_template_and_adds_pinned_digests(lock):
             {"template": {"spec": {"template": {"spec": {"containers": [{"image": "busybox:1.36"}]}}}}}]}}}},
     ]
     assert publish.images(objects, pinned) == ["busybox:1.36", f"{ref}@sha256:{'a' * 64}"]
+
+
+def test_every_release_tag_publishes_the_signed_chart_to_the_repository_the_environments_name():
+    """.github/workflows/release.yaml: a pushed tag vX.Y.Z checks the tree is that release, then runs
+    `trainstack chart publish --sign` with no --registry, so the chart lands in releases.yaml's
+    chartRepository, the one every overlays/<env>/kustomization.yaml names (make generate writes it)."""
+    import yaml
+
+    from conftest import ROOT
+
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yaml").read_text())
+    assert workflow[True]["push"]["tags"] == ["v*.*.*"]  # YAML 1.1 reads the key `on` as true
+    script = "\n".join(str(s.get("run", "")) for s in workflow["jobs"]["publish"]["steps"])
+    publish = [line for line in script.splitlines() if "trainstack chart publish" in line]
+    assert len(publish) == 1 and "--sign" in publish[0] and "--registry" not in publish[0], publish
+    assert "release check" in script and "make verify" in script

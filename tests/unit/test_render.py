@@ -35,7 +35,7 @@ def _kustomization(values_file: str, *additional: str) -> dict:
     if additional:
         chart["additionalValuesFiles"] = list(additional)
     return {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "components": ["../base"],
-            "helmGlobals": {"chartHome": "../../charts"}, "helmCharts": [chart]}
+            "helmCharts": [chart]}
 
 
 def test_env_values_files_are_read_from_the_kustomization_in_order(tmp_path):
@@ -55,9 +55,16 @@ def test_env_values_files_are_read_from_the_kustomization_in_order(tmp_path):
 
 
 def test_a_missing_values_file_is_one_line_naming_the_kustomization(tmp_path):
-    root = _checkout(tmp_path, _kustomization("../shared/a.yaml", "values.yaml"), {"x/values.yaml": "{}\n"})
+    root = _checkout(tmp_path, _kustomization("a.yaml", "values.yaml"), {"x/values.yaml": "{}\n"})
     result = run_cli("render", "--env", "x", env={"TRAINSTACK_ROOT": str(root)})
-    assert_one_line_error(result, "overlays/x/kustomization.yaml: helmCharts[0].valuesFile: ../shared/a.yaml not found")
+    assert_one_line_error(result, "overlays/x/kustomization.yaml: helmCharts[0].valuesFile: a.yaml not found")
+    assert result.returncode == 2
+    # a file of overlays/shared/ named by its path: kustomize (and Argo CD's) refuses it; one line saying so
+    shared = _checkout(tmp_path / "1", _kustomization("../shared/a.yaml", "values.yaml"),
+                       {"x/values.yaml": "{}\n", "shared/a.yaml": "{}\n"})
+    result = run_cli("render", "--env", "x", env={"TRAINSTACK_ROOT": str(shared)})
+    assert_one_line_error(result, "overlays/x/kustomization.yaml: helmCharts[0].valuesFile: ../shared/a.yaml is "
+                                  "outside the overlay's folder")
     assert result.returncode == 2
     outside = _checkout(tmp_path / "2", _kustomization("values.yaml", "../../../elsewhere.yaml"),
                         {"x/values.yaml": "{}\n"})
@@ -77,4 +84,4 @@ def test_values_args_prints_helms_f_list_of_an_environment():
         words = result.stdout.split()
         assert words[::2] == ["-f"] * len(words[1::2])
         assert [ROOT / w for w in words[1::2]] == render.values_files(env)
-    assert run_cli("render", "--env", "prod", "--values-args").stdout.split()[1] == "overlays/shared/production.yaml"
+    assert run_cli("render", "--env", "prod", "--values-args").stdout.split()[1] == "overlays/prod/production.yaml"

@@ -2,23 +2,24 @@
 processes inside the cluster's sandbox.
 
 One binary from `trainstack tools install argocd`, symlinked as each component, as upstream's image
-does: argocd-application-controller, argocd-repo-server, argocd-applicationset-controller and
-argocd-cmp-server (the trainstack plugin), with a Redis from the pinned Debian package. They reach the
-API server with an admin kubeconfig.
+does: argocd-application-controller, argocd-repo-server and argocd-applicationset-controller, with a
+Redis from the pinned Debian package. They reach the API server with an admin kubeconfig. The
+repo-server is Argo CD's own, as installed: no plugin, no sidecar, nothing of trainstack on its PATH
+(the pinned helm and kustomize, as upstream's image bundles them, and git).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
-import sys
 import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .. import deps, helm, paths, proc, rendercache, tools, yamlio
+from .. import deps, helm, proc, tools, yamlio
 from .. import lock as lockmod
 from ..cluster import sandbox as sandboxmod
 from ..errors import UserError
@@ -28,8 +29,7 @@ from .suite import Suite
 ARGOCD_NS = "argocd"
 REDIS_PORT = 6379
 REPO_SERVER_PORT = 8081
-COMPONENTS = ("argocd-repo-server", "argocd-cmp-server", "argocd-application-controller",
-              "argocd-applicationset-controller")
+COMPONENTS = ("argocd-repo-server", "argocd-application-controller", "argocd-applicationset-controller")
 # How often the application controller compares git with the cluster (argocd-cm timeout.reconciliation;
 # Argo CD's default is 120s plus up to 60s of jitter): short and without jitter, so "two more
 # reconciles" take seconds.
@@ -89,21 +89,14 @@ class ArgoCD:
         return bin_dir
 
     def env(self, bin_dir: Path) -> dict[str, str]:
-        """PATH: the pinned helm and kustomize, git, the venv's python3 (the plugin runs trainstack)."""
+        """PATH: the pinned helm and kustomize (upstream's image bundles its own), git; no Python of ours."""
         base = helm.env(self.suite.lock)
-        venv = Path(sys.executable).parent
-        env = {k: v for k, v in base.items() if k.startswith(("HELM_", "TRAINSTACK_", "LANG", "LC_"))}
+        env = {k: v for k, v in base.items() if k.startswith(("HELM_", "LANG", "LC_"))}
         env.update({
-            "PATH": f"{bin_dir}:{venv}:{base['PATH']}",
+            "PATH": f"{bin_dir}:{base['PATH']}",
             "TMPDIR": str(self.dir / "tmp"),
             "KUBECONFIG": str(self.suite.kube.kubeconfig),
-            "TRAINSTACK_CACHE": str(paths.cache_dir()),
-            # the namespace has no route out: `trainstack deps` builds from the pinned sources in the Go
-            # module cache, as docs/gitops.md tells air-gapped sidecars to
-            "TRAINSTACK_DEPS_SOURCE": "source", "GOPROXY": "off", "GOFLAGS": "-mod=mod",
-            **go_env(),
             "ARGOCD_EXEC_TIMEOUT": "300s",
-            "ARGOCD_PLUGINSOCKFILEPATH": str(self.dir / "plugins"),
             # what upstream's image mounts under /app/config: here in the run's folder
             "ARGOCD_GPG_ENABLED": "false",
             "ARGOCD_GNUPGHOME": str(self.dir / "config" / "gpg" / "keys"),
@@ -122,14 +115,13 @@ class ArgoCD:
             # it). Six waves a sync, four syncs here: 0s, as Argo CD's docs allow.
             "ARGOCD_SYNC_WAVE_DELAY": "0",
         })
-        for sub in ("tmp", "plugins", "cmp-config", "config/gpg/keys", "config/gpg/source", "config/ssh", "config/tls"):
+        for sub in ("tmp", "config/gpg/keys", "config/gpg/source", "config/ssh", "config/tls"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         return env
 
-    def start(self, plugin_config: str) -> str:
+    def start(self) -> str:
         bin_dir = self.links()
         env = self.env(bin_dir)
-        (self.dir / "cmp-config" / "plugin.yaml").write_text(plugin_config)
         kube = ["--kubeconfig", str(self.suite.kube.kubeconfig), "--namespace", ARGOCD_NS]
         redis = f"127.0.0.1:{REDIS_PORT}"
         repo = f"127.0.0.1:{REPO_SERVER_PORT}"
@@ -137,8 +129,6 @@ class ArgoCD:
         commands = {
             "redis": ["redis-server", "--bind", "127.0.0.1", "--port", str(REDIS_PORT), "--save", "",
                       "--appendonly", "no", "--dir", str(self.dir / "redis")],
-            "argocd-cmp-server": [str(bin_dir / "argocd-cmp-server"), "--config-dir-path", str(self.dir / "cmp-config"),
-                                  "--loglevel", "info"],
             "argocd-repo-server": [str(bin_dir / "argocd-repo-server"), "--redis", redis, "--disable-tls",
                                    "--client-ca-path", "",
                                    "--address", "127.0.0.1", "--port", str(REPO_SERVER_PORT),
@@ -182,9 +172,9 @@ class ArgoCD:
     def log_tail(self, name: str, lines: int = 3) -> str:
         return sandboxmod.log_tail(self.logs_dir / f"{name}.log", lines, width=600)
 
-    def cmp_log(self) -> Iterator[dict[str, Any]]:
-        """The CMP server's log entries (one JSON object a line)."""
-        log = self.logs_dir / "argocd-cmp-server.log"
+    def log_entries(self, name: str) -> Iterator[dict[str, Any]]:
+        """A component's log entries (Argo CD logs one JSON object a line)."""
+        log = self.logs_dir / f"{name}.log"
         for line in log.read_text(errors="replace").splitlines() if log.is_file() else []:
             try:
                 entry = json.loads(line)
@@ -193,28 +183,32 @@ class ArgoCD:
             if isinstance(entry, dict):
                 yield entry
 
-    def plugin_renders(self) -> int:
-        """How many times the trainstack plugin has generated manifests: the CMP server's finished
-        GenerateManifest calls (its gRPC log)."""
-        return sum(1 for e in self.cmp_log() if e.get("grpc.method") == "GenerateManifest" and "grpc.code" in e)
+    def renders(self, app: str) -> int:
+        """How many times the repo-server has rendered APP's manifests: its "manifest cache miss" entries
+        (a GenerateManifest answered from its cache logs "manifest cache hit" instead)."""
+        return sum(1 for e in self.log_entries("argocd-repo-server")
+                   if e.get("msg") == "manifest cache miss" and e.get("application") == app)
 
-    def plugin_generates(self) -> list[bool]:
-        """Each run of the plugin's `generate` (trainstack render) so far, in order: whether it printed
-        a stored render (the CMP server logs each plugin command with its stderr)."""
-        return [rendercache.REUSED in str(e.get("stderr", "")) for e in self.cmp_log()
-                if isinstance(e.get("command"), dict) and "-m trainstack render" in " ".join(e["command"].get("args") or [])]
+    def cached_manifests(self, app: str, revision: str) -> list[dict[str, Any]]:
+        """The manifests the repo-server generated for APP at REVISION, as Argo CD applies them: read from its
+        Redis cache (key `mfst|...|APP|REVISION|...`, gzip-compressed JSON of the ManifestResponse)."""
+        cli = [*self.sandbox.enter_net(), shutil.which("redis-cli") or "redis-cli", "-h", "127.0.0.1",
+               "-p", str(REDIS_PORT)]
+        keys = proc.run([*cli, "--scan", "--pattern", f"mfst|*|{app}|{revision}|*"], check=False, timeout=30)
+        found = sorted(k for k in keys.stdout.splitlines() if k.strip())
+        if not found:
+            raise SuiteFailure(f"no manifests of {app} at {revision[:12]} in the repo-server's cache",
+                               keys.stderr.strip()[-200:])
+        raw = proc.run([*cli, "--raw", "GET", found[-1]], text=False, timeout=30).stdout
+        text = gzip.decompress(raw[:-1] if raw.endswith(b"\n") else raw).decode()
+        response = (json.loads(text).get("manifestResponse") or {})
+        return [json.loads(m) for m in response.get("manifests") or []]
 
     def logs(self) -> dict[str, Path]:
         return {p.stem: p for p in self.logs_dir.glob("*.log")} if self.logs_dir.is_dir() else {}
 
     def stop(self) -> None:
         sandboxmod.stop_all(list(self.procs.values()))
-
-
-def go_env() -> dict[str, str]:
-    """The machine's Go module and build caches, named explicitly (the plugin's commands get no HOME)."""
-    out = proc.run(["go", "env", "-json", "GOMODCACHE", "GOCACHE", "GOPATH"], check=False)
-    return json.loads(out.stdout) if out.returncode == 0 else {}
 
 
 def redis_version() -> str:

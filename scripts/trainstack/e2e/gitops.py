@@ -6,17 +6,20 @@ What runs, all inside the cluster's network (and mount) namespace, on its loopba
   theirs: the environment's values point at the cluster's image mirror, the AppProject names this
   repository;
 - the chart published with `trainstack chart publish` to a second pinned distribution registry
-  (TLS, a certificate from the cluster's CA), for the published-chart path;
+  (TLS, a certificate from the cluster's CA), which every environment's kustomization names (the
+  user's commit points releases.yaml's chartRepository at it and runs the overlays' generator);
 - Argo CD at the pinned version (one binary from `trainstack tools install argocd`, symlinked as each
-  component, as upstream's image does): argocd-application-controller, argocd-repo-server,
-  argocd-applicationset-controller and argocd-cmp-server (the trainstack plugin) as processes, with a
-  Redis from the pinned Debian package. They reach the API server with an admin kubeconfig.
+  component, as upstream's image does): argocd-application-controller, argocd-repo-server and
+  argocd-applicationset-controller as processes, with a Redis from the pinned Debian package. The
+  repo-server is unmodified: no plugin, no sidecar, no trainstack code on its PATH; its own kustomize
+  (`kustomize.buildOptions: --enable-helm`) pulls the published chart. They reach the API server
+  with an admin kubeconfig.
 
 Installed the way users install it: Argo CD's CRDs and its install.yaml's configuration (ConfigMaps,
 Secrets) from the pinned module, through kustomize with overlays/argocd/install as a Component (its
 Deployments are not applied: their processes run here), server-side; then the cluster Secret
 labelled with the environment, the repository Secret, and `kustomize build overlays/argocd`
-(AppProject, ApplicationSet, plugin ConfigMap).
+(AppProject, ApplicationSet).
 
 The TrainJobs from git run the golden CPU torch runtime with the `python` image (Debian and
 python3, tens of megabytes) as their trainer image: what they show is Argo CD's health of a real
@@ -24,14 +27,15 @@ TrainJob, and the torch image's gigabytes (which `make e2e` trains with) would o
 unpack them beside Argo CD's first sync.
 
 The checks (each a step): the ApplicationSet generates the Application for this cluster; it syncs to
-Synced and Healthy through the plugin; the order of the operation's resource results follows the
+Synced and Healthy from the published chart; what the repo-server rendered (read from its cache) is
+object for object what `trainstack render` prints for that commit; the order of the operation's resource results follows the
 sync waves; the Trainer CRDs are applied server-side; the suite's CRD, controller, runtime and
 policy checks; no drift over two more reconciles; a TrainJob from git is Progressing then Healthy,
 a failing one Degraded (the health Lua, live), and that commit (outside the platform's
-manifest-generate-paths) does not run the plugin again; a commit changing a value reaches the
-cluster (and is rendered by the plugin); the
-published chart (Kustomize helmCharts from the OCI registry, git holding only values) takes over the
-objects and syncs; deleting that Application removes the release but keeps the CRDs and TrainJobs.
+manifest-generate-paths) does not render the platform again; a commit changing a value reaches the
+cluster (and is rendered again); the ApplicationSet's Application goes with the cluster's label and
+the platform stays; an Application with Argo CD's cascade finalizer takes the objects over, and
+deleting it removes the release but keeps the CRDs and TrainJobs.
 
 This module holds the checks; beside it: gitrepo (the repository), argocd (Argo CD's manifests and
 processes), gitops_harness (the setup steps and reading Applications), gitops_apps (Application
@@ -42,19 +46,22 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .. import api, helm, images, kubeapi
+from .. import api, helm, images, kubeapi, paths, proc, yamlio
+from .. import generate as generatemod
 from .. import render as rendermod
 from . import smokejobs as smokemod
 from .argocd import ARGOCD_NS, RECONCILE_S, ArgoCD
 from .base import NAMESPACE, SMOKE_NS, StepFn, SuiteFailure
-from .gitops_apps import healthy, op_phase, published_kustomization, summary, synced, wave
+from .gitops_apps import healthy, op_phase, strip_tracking, summary, synced, wave
 from .gitops_args import check_args
 from .gitops_harness import CHART_REPO, GitOpsHarness
 from .gitrepo import BRANCH, GIT_URL
@@ -66,10 +73,11 @@ __all__ = ["TRAINER_CRDS", "ArgoCD", "GitOpsSuite", "check_args"]
 JOBS_APP = "trainstack-e2e-jobs"
 JOBS_PATH = "e2e/gitops/jobs"
 PUBLISHED_APP = "trainstack-published"
-PUBLISHED_PATH = "e2e/gitops/published"
 TRAINER_CRDS = (f"trainjobs.{api.TRAINER_GROUP}", f"trainingruntimes.{api.TRAINER_GROUP}",
                 f"clustertrainingruntimes.{api.TRAINER_GROUP}")
-REPLICAS_VALUE = ("kubeflow-trainer", "manager", "replicas")
+# the value the "a git commit reaches the cluster" step changes, and where the cluster shows it
+VALUE_KEY = ("policies", "params", "maxNodes")
+PARAMS_CONFIGMAP = "trainstack-policy-params"
 
 
 class GitOpsSuite(GitOpsHarness):
@@ -85,14 +93,15 @@ class GitOpsSuite(GitOpsHarness):
             ("Argo CD CRDs and install component (server-side)", self.install_argocd),
             ("Argo CD components running", self.start_argocd),
             ("cluster Secret, repository, AppProject, ApplicationSet", self.register),
-            ("Application Synced and Healthy (plugin)", self.synced_healthy),
+            ("Application Synced and Healthy (published chart, stock repo-server)", self.synced_healthy),
+            ("Argo CD's render is trainstack render's", self.same_render),
             ("sync waves in order (operation result)", self.sync_waves),
             ("Trainer CRDs applied server-side", self.crds_server_side),
             *s.platform_checks(),
             ("no drift after two more reconciles", self.no_drift),
             ("TrainJob health from git: Progressing, Healthy, Degraded", self.trainjob_health),
             ("a git commit reaches the cluster", self.commit_reaches_cluster),
-            ("published OCI chart with values from git", self.published_chart),
+            ("a cascading Application takes the platform over", self.published_chart),
             ("deleting the Application keeps CRDs and TrainJobs", self.delete_application),
         ]
 
@@ -109,12 +118,47 @@ class GitOpsSuite(GitOpsHarness):
         app = self.wait_app(self.app, lambda a: synced(a) and healthy(a) and op_phase(a) == "Succeeded", 420,
                             "Synced and Healthy")
         self.revision = app["status"]["sync"]["revision"]
-        # Argo CD asks the plugin again for this commit as the sync's CRDs change the API list: the
-        # plugin's render cache answers those from the first render
-        runs = self.first_sync_generates = self.argocd.plugin_generates()
+        # Argo CD asks the repo-server again for this commit as the sync's CRDs change the API list
+        self.first_sync_renders = self.argocd.renders(self.app)
+        source = app["spec"]["source"]
+        if "plugin" in source:
+            raise SuiteFailure(f"{self.app} renders with the plugin {source['plugin'].get('name')}")
         return (f"Synced at {self.revision[:12]}, Healthy, {len(app['status'].get('resources', []))} resources, "
-                f"in {time.monotonic() - start:.0f}s; the plugin generated {len(runs)} times, rendered "
-                f"{runs.count(False)}, reused the render {runs.count(True)}")
+                f"in {time.monotonic() - start:.0f}s; path {source.get('path')} (kustomize, the chart from "
+                f"{CHART_REPO}); the repo-server rendered it {self.first_sync_renders} time(s)")
+
+    def same_render(self) -> str:
+        """What Argo CD applies (its repo-server's render of the commit, from its cache, less its own tracking
+        annotation) is object for object what `trainstack render --env ENV` prints for the same commit."""
+        argo = [strip_tracking(o) for o in self.argocd.cached_manifests(self.app, self.revision)]
+        ours = self.git_render()
+        key = rendermod.sort_key
+        theirs = {key(o): o for o in argo}
+        mine = {key(o): o for o in ours}
+        differ = sorted(f"{k[1]}/{k[4]}" for k in theirs.keys() & mine.keys()
+                        if json.dumps(theirs[k], sort_keys=True) != json.dumps(mine[k], sort_keys=True))
+        only_argo = sorted(f"{k[1]}/{k[4]}" for k in theirs.keys() - mine.keys())
+        only_ours = sorted(f"{k[1]}/{k[4]}" for k in mine.keys() - theirs.keys())
+        self.render_diff = differ + only_argo + only_ours
+        if self.render_diff:
+            raise SuiteFailure(f"Argo CD's render of {self.revision[:12]} differs from trainstack render's: "
+                               f"{len(differ)} objects differ ({', '.join(differ[:5])}), only Argo CD's: "
+                               f"{', '.join(only_argo[:5]) or 'none'}, only trainstack's: {', '.join(only_ours[:5]) or 'none'}")
+        return (f"{len(argo)} objects from the repo-server's cache at {self.revision[:12]} equal the {len(ours)} "
+                f"of trainstack render --env {self.env}, field for field")
+
+    def git_render(self) -> list[dict[str, Any]]:
+        """`trainstack render --env ENV` of the served commit (its working copy), as a user runs it there."""
+        work = self.git.work
+        for rel in generatemod.BUILD_OUTPUTS:  # the built chart dependencies, as `trainstack deps` leaves them
+            if not (work / rel).exists():
+                shutil.copytree(paths.repo_root() / rel, work / rel, symlinks=True)
+        env = {**os.environ, "TRAINSTACK_ROOT": str(work), "PYTHONPATH": str(paths.repo_root() / "scripts")}
+        out = proc.run([sys.executable, "-m", "trainstack", "render", "--env", self.env], check=False, env=env,
+                       timeout=300)
+        if out.returncode != 0:
+            raise SuiteFailure(f"trainstack render --env {self.env} of the served commit: {out.stderr.strip()[-300:]}")
+        return [d for d in yamlio.load_all(out.stdout) if isinstance(d, dict) and d]
 
     def sync_waves(self) -> str:
         app = self.application()
@@ -220,7 +264,7 @@ class GitOpsSuite(GitOpsHarness):
             folder.mkdir(parents=True, exist_ok=True)
             (folder / "trainjobs.yaml").write_text(yaml.safe_dump_all(documents, sort_keys=False))
 
-        renders = self.argocd.plugin_renders()
+        renders = self.argocd.renders(self.app)
         commit = self.git.commit("e2e: TrainJobs from git", edit)
         project = {"apiVersion": "argoproj.io/v1alpha1", "kind": "AppProject",
                    "metadata": {"name": "e2e-jobs", "namespace": ARGOCD_NS},
@@ -253,59 +297,61 @@ class GitOpsSuite(GitOpsHarness):
         self.trainjobs = ["gitops-ok", "gitops-fails"]
         app_health = (current["status"].get("health") or {}).get("status")
         # The commit touched none of the platform's manifest-generate-paths: its Application moves to
-        # the new revision on Argo CD's cached manifests, without running the plugin again.
+        # the new revision on Argo CD's cached manifests, without rendering the platform again.
         self.wait_app(self.app, lambda a: synced(a) and a["status"]["sync"].get("revision") == commit, 60,
                       f"Synced at {commit[:12]}")
-        again = self.renders["outside"] = self.argocd.plugin_renders() - renders
+        again = self.renders["outside"] = self.argocd.renders(self.app) - renders
         if again:
             raise SuiteFailure(f"a commit outside the platform's manifest-generate-paths rendered it {again} more "
-                               f"time(s) (cmp-server log: {self.argocd.logs_dir / 'argocd-cmp-server.log'})")
+                               f"time(s) (repo-server log: {self.argocd.logs_dir / 'argocd-repo-server.log'})")
         return (f"commit {commit[:12]}; gitops-ok {' -> '.join(seen['gitops-ok'])}; gitops-fails "
                 f"{' -> '.join(seen['gitops-fails'])}; Application {JOBS_APP} {app_health}; {self.app} Synced "
                 f"at {commit[:12]} without rendering again")
 
+    def policy_param(self) -> int:
+        """The value of VALUE_KEY as the cluster has it: the policies' params ConfigMap."""
+        found = [c for c in self.suite.read("configmaps", NAMESPACE) if c["metadata"]["name"] == PARAMS_CONFIGMAP]
+        if not found:
+            raise SuiteFailure(f"no ConfigMap {PARAMS_CONFIGMAP} in {NAMESPACE}")
+        return int((found[0].get("data") or {}).get(VALUE_KEY[-1], "0"))
+
     def commit_reaches_cluster(self) -> str:
-        deploy = self.trainer_deployment()
-        before = deploy["spec"].get("replicas", 1)
+        """A commit of one value in the environment's values.yaml reaches the cluster. The value is a policy
+        parameter (a ConfigMap): the change is seen as soon as Argo CD applied it, without a pod to start."""
+        before = self.policy_param()
         wanted = before + 1
 
         def edit(work: Path) -> None:
             values = work / "overlays" / self.env / "values.yaml"
             data = yaml.safe_load(values.read_text()) or {}
             node = data
-            for key in REPLICAS_VALUE[:-1]:
+            for key in VALUE_KEY[:-1]:
                 node = node.setdefault(key, {})
-            node[REPLICAS_VALUE[-1]] = wanted
+            node[VALUE_KEY[-1]] = wanted
             values.write_text(yaml.safe_dump(data, sort_keys=False))
 
         start = time.monotonic()
-        renders = self.argocd.plugin_renders()
-        commit = self.git.commit(f"{self.env}: {'.'.join(REPLICAS_VALUE)}={wanted}", edit)
+        renders = self.argocd.renders(self.app)
+        commit = self.git.commit(f"{self.env}: {'.'.join(VALUE_KEY)}={wanted}", edit)
         # Argo CD polls git every reconcile (no webhook here): the new revision, synced
         self.wait_app(self.app, lambda a: synced(a) and a["status"]["sync"].get("revision") == commit
                       and op_phase(a) == "Succeeded" and a["status"].get("operationState", {}).get(
                           "syncResult", {}).get("revision") == commit, 300, f"Synced at {commit[:12]}")
-        after = self.trainer_deployment()["spec"].get("replicas", 1)
-        self.replicas = (before, after)
+        after = self.policy_param()
+        self.value_change = (before, after)
         if after != wanted:
-            raise SuiteFailure(f"Deployment {deploy['metadata']['name']} has {after} replicas after the sync, want {wanted}")
-        rendered = self.renders["inside"] = self.argocd.plugin_renders() - renders
-        if not rendered:  # the commit is inside overlays/<env>: the plugin must have run for it
-            raise SuiteFailure(f"commit {commit[:12]} synced without the plugin rendering it (cmp-server log: "
-                               f"{self.argocd.logs_dir / 'argocd-cmp-server.log'})")
-        return (f"commit {commit[:12]} ({'.'.join(REPLICAS_VALUE)}: {before} -> {wanted}) synced in "
-                f"{time.monotonic() - start:.0f}s ({rendered} plugin render(s)); Deployment "
-                f"{deploy['metadata']['name']} replicas {after}")
-
-    def trainer_deployment(self) -> dict[str, Any]:
-        for item in self.deployments():
-            images = [c.get("image", "") for c in item["spec"]["template"]["spec"]["containers"]]
-            if any("trainer-controller-manager" in i for i in images):
-                return item
-        raise SuiteFailure(f"no Trainer controller Deployment in {NAMESPACE}")
+            raise SuiteFailure(f"ConfigMap {PARAMS_CONFIGMAP} has {VALUE_KEY[-1]}={after} after the sync, want {wanted}")
+        rendered = self.renders["inside"] = self.argocd.renders(self.app) - renders
+        if not rendered:  # the commit is inside overlays/<env>: the repo-server must have rendered it
+            raise SuiteFailure(f"commit {commit[:12]} synced without the repo-server rendering it (log: "
+                               f"{self.argocd.logs_dir / 'argocd-repo-server.log'})")
+        return (f"commit {commit[:12]} ({'.'.join(VALUE_KEY)}: {before} -> {wanted}) synced in "
+                f"{time.monotonic() - start:.0f}s ({rendered} render(s)); ConfigMap {PARAMS_CONFIGMAP} "
+                f"{VALUE_KEY[-1]}={after}")
 
     def published_chart(self) -> str:
-        """Git holds only values and a kustomization naming the published chart; Argo CD's kustomize inflates it."""
+        """The ApplicationSet's Application goes with the cluster's label and the platform stays; an Application
+        from the same template, with Argo CD's cascade finalizer, takes the objects over."""
         # The generated Application goes (its cluster label removed): preserveResourcesOnDeletion keeps the platform.
         self.kube.kubectl("label", "secret", "cluster-local", "-n", ARGOCD_NS, "trainstack.io/environment-")
         if not kubeapi.wait_for(self.api(), self.applications(), lambda apps: self.app not in apps, 60):
@@ -313,26 +359,11 @@ class GitOpsSuite(GitOpsHarness):
         left = len(self.deployments())
         if not left:
             raise SuiteFailure("removing the cluster's label deleted the platform's Deployments")
-
-        def edit(work: Path) -> None:
-            folder = work / PUBLISHED_PATH
-            folder.mkdir(parents=True, exist_ok=True)
-            # the environment's values files, in its kustomization's order, copied next to the new
-            # kustomization (Argo CD's kustomize reads no file outside the folder it builds)
-            names = []
-            for i, source in enumerate(rendermod.values_files(self.env, root=work)):
-                name = source.name if source.name not in names else f"{i}-{source.name}"
-                shutil.copy(source, folder / name)
-                names.append(name)
-            (folder / "kustomization.yaml").write_text(yaml.safe_dump(published_kustomization(
-                self.env, CHART_REPO, self.chart_version, Path("../../../overlays/base"), names), sort_keys=False))
-
-        commit = self.git.commit(f"{self.env}: the published chart {self.chart_version}", edit)
         appset = next(d for d in yaml.safe_load_all(helm.run(["build", str(self.git.work / "overlays" / "argocd")],
                                                              lock=self.lock, binary="kustomize").stdout)
                       if isinstance(d, dict) and d.get("kind") == "ApplicationSet")
         spec = copy.deepcopy(appset["spec"]["template"]["spec"])
-        spec["source"] = {"repoURL": GIT_URL, "targetRevision": BRANCH, "path": PUBLISHED_PATH}
+        spec["source"] = {"repoURL": GIT_URL, "targetRevision": BRANCH, "path": f"overlays/{self.env}"}
         spec["destination"]["server"] = self.kube.server()
         app = {"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",
                "metadata": {"name": PUBLISHED_APP, "namespace": ARGOCD_NS,
@@ -348,8 +379,8 @@ class GitOpsSuite(GitOpsHarness):
                            .startswith(f"{PUBLISHED_APP}:"))]
         if tracked:
             raise SuiteFailure(f"Deployments not taken over by {PUBLISHED_APP}: {', '.join(tracked)}")
-        return (f"{PUBLISHED_PATH} at {commit[:12]}: helmCharts {CHART_REPO}/trainstack {self.chart_version} + "
-                f"overlays/base; Synced and Healthy in {time.monotonic() - start:.0f}s, "
+        return (f"{PUBLISHED_APP} (overlays/{self.env}: {CHART_REPO}/trainstack {self.chart_version} + overlays/base, "
+                f"cascade finalizer): Synced and Healthy in {time.monotonic() - start:.0f}s, "
                 f"{len(got['status'].get('resources', []))} resources; {left} Deployments kept when the "
                 f"ApplicationSet's Application went")
 

@@ -1,33 +1,27 @@
 """Argo CD Applications as `e2e --gitops` reads them (sync, health, the operation's phase, one line
-of status) and the sync wave of an object; the published chart's kustomization."""
+of status), the sync wave of an object, and an object without Argo CD's tracking annotation."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-from .. import api
 
 
 def wave(obj: dict[str, Any]) -> int:
     return int(((obj.get("metadata") or {}).get("annotations") or {}).get("argocd.argoproj.io/sync-wave", "0"))
 
 
-def published_kustomization(env: str, repo: str, version: str, base: Path,
-                            values: list[str] | None = None) -> dict[str, Any]:
-    """An environment that deploys the published chart: git holds this file and its values files only
-    (`values`, in Helm's order; by default values.yaml)."""
-    values = values or ["values.yaml"]
-    chart: dict[str, Any] = {"name": "trainstack", "repo": repo, "version": version, "releaseName": api.RELEASE,
-                             "namespace": api.NAMESPACE, "includeCRDs": True, "valuesFile": values[0]}
-    if values[1:]:
-        chart["additionalValuesFiles"] = values[1:]
-    return {
-        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "components": [str(base)],
-        "helmCharts": [chart],
-        "labels": [{"pairs": {"trainstack.io/environment": env}, "includeSelectors": False}],
-    }
+TRACKING = "argocd.argoproj.io/tracking-id"
+
+
+def strip_tracking(obj: dict[str, Any]) -> dict[str, Any]:
+    """OBJ without the tracking annotation Argo CD's repo-server adds to every rendered object but CRDs."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    if TRACKING in annotations:
+        annotations.pop(TRACKING)
+        if not annotations:
+            meta.pop("annotations")
+    return obj
 
 
 def synced(app: dict[str, Any]) -> bool:

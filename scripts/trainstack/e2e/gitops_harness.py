@@ -8,6 +8,7 @@ import base64
 import copy
 import json
 import os
+import re
 import shutil
 import sys
 import time
@@ -17,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from .. import helm, kubeapi, paths, proc, tools, yamlio
+from .. import helm, kubeapi, overlaysync, paths, proc, tools, yamlio
 from .. import lock as lockmod
 from ..cluster import node as nodemod
 from ..cluster import sandbox as sandboxmod
@@ -58,12 +59,14 @@ class GitOpsHarness:
         self.app = ""  # the generated Application's name
         self.chart_version = ""
         self.trainjobs: list[str] = []
-        self.replicas: tuple[int, int] = (0, 0)
+        self.value_change: tuple[int, int] = (0, 0)  # the committed value, before and after the sync
         self.revision = ""
-        # plugin renders caused by a commit outside / inside the platform's manifest-generate-paths
+        # the repo-server's renders of the platform caused by a commit outside / inside its manifest-generate-paths
         self.renders: dict[str, int] = {}
-        # each plugin generate during the first sync: whether it reused the stored render
-        self.first_sync_generates: list[bool] = []
+        # its renders of the platform during the first sync, and the objects of its render that differ from
+        # `trainstack render`'s
+        self.first_sync_renders = 0
+        self.render_diff: list[str] = []
 
     @property
     def steps(self):
@@ -169,8 +172,15 @@ class GitOpsHarness:
             text = project.read_text()
             old = yaml.safe_load(text)["spec"]["sourceRepos"][0]
             project.write_text(text.replace(old, GIT_URL))
+            # what an air-gapped user writes once (releases.yaml's chartRepository) and `make generate` carries
+            # into every environment's kustomization: the chart comes from their registry
+            releases = work / "releases.yaml"
+            releases.write_text(re.sub(r"(?m)^chartRepository: .*$", f"chartRepository: {CHART_REPO}",
+                                       releases.read_text()))
+            overlaysync.write(work)
 
-        commit = self.git.commit(f"{self.env}: the local cluster's image mirror; this repository", edit)
+        commit = self.git.commit(f"{self.env}: the local cluster's image mirror and chart registry; this repository",
+                                 edit)
         self._start("git-daemon", ["git", "daemon", "--reuseaddr", "--export-all", "--listen=127.0.0.1",
                                    f"--port={GIT_PORT}", f"--base-path={self.git.bare.parent}", str(self.git.bare.parent)],
                     GIT_PORT)
@@ -233,8 +243,7 @@ class GitOpsHarness:
                 f"{', '.join(sidecars)}: run here as processes)")
 
     def start_argocd(self) -> str:
-        plugin = (self.git.work / "overlays" / "argocd" / "cmp-plugin.yaml").read_text()
-        return self.argocd.start(plugin)
+        return self.argocd.start()
 
     def cluster_secret(self) -> dict[str, Any]:
         config = yaml.safe_load(self.kube.kubeconfig.read_text())
@@ -277,7 +286,7 @@ class GitOpsHarness:
             others = sorted(n for n in found if n != self.app)
             source = generated["spec"]["source"]
             return (f"ApplicationSet generated {self.app} ({source['repoURL']} {source['path']}@"
-                    f"{source['targetRevision']}, plugin {source.get('plugin', {}).get('name')})"
+                    f"{source['targetRevision']}, {'plugin ' + source['plugin']['name'] if 'plugin' in source else 'no plugin'})"
                     + (f"; also {', '.join(others)}" if others else "; none for the other environments"))
         appset = kubeapi.named(self.api(), self.listing("applicationsets", ARGOCD_NS), "trainstack") or {}
         raise SuiteFailure(f"the ApplicationSet generated no Application for env {self.env}: "

@@ -80,6 +80,8 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         self.extra_values: list[Path] = []
         # builtImages the suite's workloads run on a real node (beside the node's and controllers')
         self.workload_images: tuple[str, ...] = ("torch-cpu", "jax-cpu", "xgboost-cpu")
+        self.chart_reference = ""  # the published chart `helm install` installed, where it came from a registry
+        self.install_args: list[str] = []  # the chart and values `helm install` was given
 
     # -- bookkeeping ------------------------------------------------------------------------
     def step(self, name: str, fn: StepFn) -> None:
@@ -127,6 +129,7 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
             *self.cluster_steps(),
             ("helm install", self.install),
             *self.platform_checks(),
+            *([("helm test", self.helm_test)] if getattr(self.provider, "real", False) else []),
             *([("data cache: LeaderWorkerSet reconciled", self.check_lws)] if self.data_cache else []),
             ("smoke TrainJobs Complete", self.smoke_jobs),
             ("JobSets and Jobs created", self.check_jobsets),
@@ -173,20 +176,36 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
                            if (n["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") != "fake"})
         return Outcome(self.provider.describe(), {"serverVersion": version, "kubeletVersions": kubelets})
 
-    def helm_cmd(self, *args: str) -> list[str]:
+    def helm_cmd(self, *args: str, binary: str = "helm") -> list[str]:
         return [
-            str(tools.require("helm", self.lock)),
+            str(tools.require(binary, self.lock)),
             *args,
             "--kubeconfig",
             str(self.provider.kubeconfig),
             *(["--kube-context", self.provider.context] if getattr(self.provider, "context", None) else []),
         ]
 
-    def install(self) -> str:
+    def chart_source(self) -> list[str]:
+        """What `helm install` installs: where the cluster has a registry (the local provider's real nodes),
+        the packaged chart pushed there with `trainstack chart publish` and installed from it (what users
+        install); else the working tree's chart folder."""
+        port = getattr(getattr(self.provider, "cluster", None), "registry_port", 0) if self.provider.name == "local" else 0
+        if not port:
+            return [str(paths.chart_dir())]
+        from .. import publish
+
+        published = publish.publish(f"oci://127.0.0.1:{port}/charts", plain_http=True, lock=self.lock,
+                                    out_dir=self.run_dir / "chart")
+        self.chart_reference = f"{published.reference} {published.version} ({published.digest[:19]}...)"
+        return [published.reference, "--version", published.version, "--plain-http"]
+
+    def install(self) -> Outcome:
+        source = self.chart_source()
+        self.install_args = [*source, *value_args(self.env, self.data_cache, self.extra_values)]
         cmd = self.helm_cmd(
             "install",
             RELEASE,
-            str(paths.chart_dir()),
+            *source,
             "-n",
             NAMESPACE,
             "--create-namespace",
@@ -217,7 +236,9 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
             )
         self.installed = True
         cache = " --set dataCache.enabled=true" if self.data_cache else ""
-        return " ".join(cmd[1:9]) + cache + (f"; {notes}" if notes else "")
+        shown = " ".join(cmd[1:8 + len(source)]) + cache
+        return Outcome(shown + (f"; published {self.chart_reference}" if self.chart_reference else "")
+                       + (f"; {notes}" if notes else ""), {"chart": source[0]})
 
     def place(self, job: SmokeJob) -> SmokeJob:
         """Ask the provider where the job's pods go (a real node or KWOK) and whether it really runs."""

@@ -1,9 +1,10 @@
 """What the suite's step mixins (PlatformChecks, WorkloadChecks, RealNodeSteps) use of the Suite they
-are mixed into: its state and four of its methods, declared once so the type checker sees them. Suite
+are mixed into: its state and five of its methods, declared once so the type checker sees them. Suite
 (suite.py) sets the state in its constructor and defines the methods."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import lock as lockmod
@@ -19,6 +20,8 @@ class SuiteState:
     jobs: list[SmokeJob]
     failed_job: SmokeJob | None
     job_labels: dict[str, str]
+    run_dir: Path
+    install_args: list[str]
 
     if TYPE_CHECKING:  # defined by Suite
         def api(self) -> Any: ...
@@ -26,5 +29,7 @@ class SuiteState:
         def read(self, plural: str, namespace: str | None = None, **selectors: Any) -> list[dict[str, Any]]: ...
 
         def place(self, job: SmokeJob) -> SmokeJob: ...
+
+        def helm_cmd(self, *args: str, binary: str = "helm") -> list[str]: ...
 
         def wait_trainjobs(self, expected: dict[str, str], timeout: float) -> dict[str, dict]: ...

@@ -214,7 +214,8 @@ class LocalProvider(Provider):
         return f"kube-apiserver {self.cluster.server()}; {real}KWOK {pools or 'none'}"
 
     def needed_images(self, suite: Any) -> list[str]:
-        wanted = ["pause", "coredns", "trainer-controller-manager", "jobset-controller",
+        # python: the chart's `helm test` pod (and the base layer of the framework images)
+        wanted = ["pause", "coredns", "trainer-controller-manager", "jobset-controller", "python",
                   *suite.workload_images]
         if suite.data_cache:
             wanted.append("lws-controller")
