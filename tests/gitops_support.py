@@ -44,11 +44,14 @@ def rendered(env: str) -> tuple[dict, ...]:
 @functools.cache
 def published_archive() -> Path:
     """This checkout's chart as `trainstack chart package` writes it (what CI publishes), once a session."""
+    import atexit
+    import shutil
     import tempfile
 
     from trainstack import paths, publish
 
     out = Path(tempfile.mkdtemp(prefix="trainstack-published-"))
+    atexit.register(shutil.rmtree, out, True)
     return publish.package(paths.chart_dir(), out)
 
 

@@ -15,9 +15,7 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
-import yaml
-
-from . import paths, release
+from . import paths, release, render
 from .errors import UserError
 
 SHARED = "shared"
@@ -35,19 +33,6 @@ def kustomizations(root: Path) -> list[Path]:
                   if p.name not in NOT_ENVIRONMENTS and (p / "kustomization.yaml").is_file())
 
 
-def _chart_entry(path: Path, root: Path) -> dict:
-    shown = path.relative_to(root)
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise UserError(f"{shown}: not valid YAML: {str(exc).splitlines()[0]}", exit_code=2) from None
-    charts = [c for c in data.get("helmCharts") or [] if isinstance(c, dict) and c.get("name") == "trainstack"]
-    if len(charts) != 1:
-        raise UserError(f"{shown}: helmCharts has {len(charts)} entries named trainstack, want 1",
-                        "an overlay inflates the umbrella chart once", exit_code=2)
-    return charts[0]
-
-
 def _line(field: str, value: str) -> Callable[[re.Match[str]], str]:
     """re.sub's replacement for FIELD's line: its indentation kept, VALUE written."""
     return lambda match: f"{match.group(1)}{field}: {value}"
@@ -62,7 +47,7 @@ def texts(root: Path | None = None, repository: str | None = None) -> dict[str, 
     out: dict[str, str] = {}
     for path in kustomizations(root):
         rel = path.relative_to(root).as_posix()
-        chart = _chart_entry(path, root)
+        _, chart = render.chart_entry(path, rel)
         text = path.read_text()
         for field, value in (("repo", repository), ("version", version)):
             if field not in chart or len(_FIELD[field].findall(text)) != 1:

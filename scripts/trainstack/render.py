@@ -56,6 +56,22 @@ def overlay_dir(env: str) -> Path:
     return paths.overlays_dir() / env
 
 
+def chart_entry(kustomization: Path, shown: str) -> tuple[int, dict[str, Any]]:
+    """The index and body of the one `helmCharts` entry named trainstack in KUSTOMIZATION (SHOWN is its
+    name in messages): an overlay inflates the umbrella chart once."""
+    try:
+        data = yaml.safe_load(kustomization.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise UserError(f"{shown}: not valid YAML: {str(exc).splitlines()[0]}", exit_code=2) from None
+    entries = data.get("helmCharts") if isinstance(data, dict) else None
+    found = [(i, c) for i, c in enumerate(entries if isinstance(entries, list) else [])
+             if isinstance(c, dict) and c.get("name") == "trainstack"]
+    if len(found) != 1:
+        raise UserError(f"{shown}: helmCharts has {len(found)} entries named trainstack, want 1",
+                        "an overlay inflates the umbrella chart once", exit_code=2)
+    return found[0]
+
+
 def values_files(env: str, root: Path | None = None) -> list[Path]:
     """The values files that make up ENV, in Helm's order (a later file wins): the overlay's
     helmCharts `valuesFile`, then its `additionalValuesFiles`, resolved relative to the overlay.
@@ -66,16 +82,7 @@ def values_files(env: str, root: Path | None = None) -> list[Path]:
     shown = _shown(kustomization, top)
     if not kustomization.is_file():
         raise UserError(f"{shown} not found", f"environment '{env}' needs an overlay folder", exit_code=2)
-    try:
-        data = yaml.safe_load(kustomization.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise UserError(f"{shown}: not valid YAML: {str(exc).splitlines()[0]}", exit_code=2) from None
-    charts = [c for c in (data.get("helmCharts") or []) if isinstance(c, dict) and c.get("name") == "trainstack"]
-    if len(charts) != 1:
-        raise UserError(f"{shown}: helmCharts has {len(charts)} entries named trainstack, want 1",
-                        "an overlay inflates the umbrella chart once", exit_code=2)
-    chart = charts[0]
-    index = data["helmCharts"].index(chart)
+    index, chart = chart_entry(kustomization, shown)
     extra = chart.get("additionalValuesFiles") or []
     if not isinstance(extra, list):
         raise UserError(f"{shown}: helmCharts[{index}].additionalValuesFiles is not a list", exit_code=2)
@@ -152,8 +159,7 @@ def published_chart(env: str) -> tuple[str, str]:
     checkout's chart's (make generate writes it), or render would show one chart under another's name."""
     kustomization = overlay_dir(env) / "kustomization.yaml"
     shown = _shown(kustomization, paths.repo_root())
-    data = yaml.safe_load(kustomization.read_text()) or {}
-    index, chart = next((i, c) for i, c in enumerate(data["helmCharts"]) if c.get("name") == "trainstack")
+    index, chart = chart_entry(kustomization, shown)
     repo, version = str(chart.get("repo") or ""), str(chart.get("version") or "")
     try:
         chart_version = str((yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text()) or {}).get("version"))

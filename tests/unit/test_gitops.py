@@ -72,3 +72,31 @@ def test_renders_are_read_from_the_repo_servers_log(tmp_path):
     assert argocd.renders("trainstack-dev-local") == 2
     assert argocd.renders("trainstack-e2e-jobs") == 1
     assert argocd.renders("other") == 0
+
+
+def test_a_timed_out_wait_says_why_each_platform_pod_is_not_ready():
+    from trainstack.e2e.base import unready_pods
+
+    def pod(name, phase, conditions, containers=()):
+        return {"metadata": {"name": name}, "status": {"phase": phase, "conditions": conditions,
+                                                        "containerStatuses": list(containers)}}
+
+    ready = [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]
+    unready = [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}]
+    pods = [
+        pod("ok", "Running", ready, [{"name": "c", "ready": True, "state": {"running": {}}}]),
+        pod("done", "Succeeded", unready),
+        pod("pending", "Pending", [{"type": "PodScheduled", "status": "False",
+                                    "message": "0/1 nodes are available: 1 Insufficient cpu."}]),
+        pod("pull", "Pending", unready, [{"name": "manager", "restartCount": 0,
+                                          "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}]),
+        pod("crash", "Running", unready, [{"name": "controller", "restartCount": 4,
+                                           "state": {"terminated": {"reason": "Error", "exitCode": 1}}}]),
+        pod("probe", "Running", unready, [{"name": "controller", "ready": False, "state": {"running": {}}}]),
+    ]
+    assert unready_pods(pods) == [
+        "pending: not scheduled: 0/1 nodes are available: 1 Insufficient cpu.",
+        "pull: Pending: manager waiting ImagePullBackOff: not found",
+        "crash: Running: controller terminated Error exit 1, 4 restarts",
+        "probe: Running: controller running, not ready",
+    ]

@@ -261,7 +261,11 @@ state = "{d}/containerd/state"
             # into their webhook Secrets, and report ready only once the kubelet has put them in the
             # pod): a pod sync every 3 s (plus up to half of it as jitter) instead of every minute.
             "syncFrequency": "3s",
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%", "imagefs.available": "1%",
+            # The node's filesystem is the host's, which a test machine shares: a percentage of a large,
+            # mostly full disk (1% of 252 GiB is 2.5 GiB) can put the node under DiskPressure while gigabytes
+            # were free, tainting it and leaving the controllers unscheduled. Evict only when it is
+            # nearly out of space.
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "256Mi", "imagefs.available": "256Mi",
                              "nodefs.inodesFree": "1%"},
             "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
             "protectKernelDefaults": False,

@@ -73,3 +73,36 @@ def summary_rows(steps: list[Step]) -> list[tuple[str, str, str, str]]:
 
 # A step of a suite's plan: returns its detail line (or an Outcome with fields too); raises to fail.
 StepFn = Callable[[], "str | Outcome | None"]
+
+
+def unready_pods(pods: list[dict[str, Any]]) -> list[str]:
+    """Why each pod that is not Ready is not: unscheduled (the scheduler's message), a container waiting or
+    terminated (reason, exit code, restarts) or running but failing its readiness probe. A wait that ends
+    in a timeout prints these, so a CI log alone says which of them held the sync up."""
+    out = []
+    for pod in pods:
+        status = pod.get("status") or {}
+        conditions = {c.get("type"): c for c in status.get("conditions") or []}
+        if (conditions.get("Ready") or {}).get("status") == "True" or status.get("phase") == "Succeeded":
+            continue
+        name = (pod.get("metadata") or {}).get("name", "?")
+        scheduled = conditions.get("PodScheduled") or {}
+        if scheduled.get("status") == "False":
+            out.append(f"{name}: not scheduled: {scheduled.get('message') or scheduled.get('reason') or 'pending'}")
+            continue
+        why = []
+        for container in status.get("containerStatuses") or []:
+            state = container.get("state") or {}
+            restarts = f", {container.get('restartCount')} restarts" if container.get("restartCount") else ""
+            if "waiting" in state:
+                waiting = state["waiting"]
+                message = f": {waiting['message'][:160]}" if waiting.get("message") else ""
+                why.append(f"{container.get('name')} waiting {waiting.get('reason', '')}{message}{restarts}")
+            elif "terminated" in state:
+                ended = state["terminated"]
+                why.append(f"{container.get('name')} terminated {ended.get('reason', '')} "
+                           f"exit {ended.get('exitCode')}{restarts}")
+            elif not container.get("ready"):
+                why.append(f"{container.get('name')} running, not ready{restarts}")
+        out.append(f"{name}: {status.get('phase', '?')}: {'; '.join(why) or 'no container status'}")
+    return out

@@ -48,3 +48,4 @@ def summary(app: dict[str, Any]) -> str:
             f"operation {op.get('phase', '-')} {op.get('message', '')[:200]}"
             + (f"; {'; '.join(conditions)}" if conditions else "")
             + (f"; not healthy: {', '.join(unhealthy[:5])}" if unhealthy else ""))
+

@@ -153,8 +153,8 @@ class GitOpsHarness:
             if time.monotonic() - last_report > 10:
                 self.log(f"  waiting for {name}: {summary(app)}")
                 last_report = time.monotonic()
-        raise SuiteFailure(f"Application {name} not {what} within {timeout:.0f}s: {summary(app)}",
-                           f"Argo CD logs: {self.argocd.logs_dir}")
+        raise SuiteFailure(f"Application {name} not {what} within {timeout:.0f}s: {summary(app)}"
+                           f"{self.suite.platform_pods()}", f"Argo CD logs: {self.argocd.logs_dir}")
 
     # -- setup steps --------------------------------------------------------------------------
     def serve_git(self) -> str:

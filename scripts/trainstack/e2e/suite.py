@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import helm, kubeapi, paths, proc, progress, tools
+from .. import helm, kubeapi, paths, proc, progress, publish, tools
 from .. import lock as lockmod
 from ..errors import UserError
 from .base import (
@@ -37,6 +37,7 @@ from .base import (
     SuiteFailure,
     server_version,
     terminal_state,
+    unready_pods,
 )
 from .frameworks import FrameworkSteps
 from .platformchecks import PlatformChecks
@@ -192,8 +193,6 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         port = getattr(getattr(self.provider, "cluster", None), "registry_port", 0) if self.provider.name == "local" else 0
         if not port:
             return [str(paths.chart_dir())]
-        from .. import publish
-
         published = publish.publish(f"oci://127.0.0.1:{port}/charts", plain_http=True, lock=self.lock,
                                     out_dir=self.run_dir / "chart")
         self.chart_reference = f"{published.reference} {published.version} ({published.digest[:19]}...)"
@@ -205,11 +204,10 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         cmd = self.helm_cmd(
             "install",
             RELEASE,
-            *source,
+            *self.install_args,
             "-n",
             NAMESPACE,
             "--create-namespace",
-            *value_args(self.env, self.data_cache, self.extra_values),
             "--wait",
             "--timeout",
             "180s",
@@ -232,13 +230,38 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         self.installed = rc == 0 or self.installed
         if rc != 0:
             raise SuiteFailure(
-                f"helm install failed: {helm.first_error_line(log_path.read_text())}", f"log: {log_path}"
+                f"helm install failed: {helm.first_error_line(log_path.read_text())}{self.platform_pods()}",
+                f"log: {log_path}"
             )
         self.installed = True
         cache = " --set dataCache.enabled=true" if self.data_cache else ""
         shown = " ".join(cmd[1:8 + len(source)]) + cache
         return Outcome(shown + (f"; published {self.chart_reference}" if self.chart_reference else "")
                        + (f"; {notes}" if notes else ""), {"chart": source[0]})
+
+    def platform_pods(self, namespace: str = NAMESPACE) -> str:
+        """What a failed install or a sync that waits on the platform's Deployments waits for, appended to its
+        failure: the pods of NAMESPACE (the platform's) that are not Ready and why, the nodes under pressure and
+        its latest warning events. A cluster that does not answer adds one clause, never a second failure."""
+        try:
+            pods = unready_pods(self.kube.kubectl_json("get", "pods", "-n", namespace).get("items") or [])
+            nodes = self.kube.kubectl_json("get", "nodes").get("items") or []
+            events = self.kube.kubectl_json("get", "events", "-n", namespace, "--field-selector", "type=Warning",
+                                            "--sort-by=.lastTimestamp").get("items") or []
+        except (UserError, ValueError) as err:
+            return f"; the platform's pods could not be read: {getattr(err, 'message', err)}"
+        pressure = [f"{node['metadata']['name']} {c['type']}" for node in nodes
+                    for c in (node.get("status") or {}).get("conditions") or []
+                    if c.get("type", "").endswith("Pressure") and c.get("status") == "True"]
+        warnings: list[str] = []
+        for event in events:
+            line = (f"{(event.get('involvedObject') or {}).get('name')} {event.get('reason')}: "
+                    f"{(event.get('message') or '')[:160]}")
+            if line not in warnings:
+                warnings.append(line)
+        return (f"; pods of {namespace} not Ready: {' | '.join(pods) or 'none'}"
+                f"; node pressure: {', '.join(pressure) or 'none'}"
+                f"; latest warnings: {' | '.join(warnings[-4:]) or 'none'}")
 
     def place(self, job: SmokeJob) -> SmokeJob:
         """Ask the provider where the job's pods go (a real node or KWOK) and whether it really runs."""

@@ -127,6 +127,10 @@ def controller_binaries(rendered: list[dict[str, Any]], lock: lockmod.Lock) -> l
     return found
 
 
+# below this much free disk a real-node run warns (the node stores its images under the cache)
+LOW_DISK_GIB = 6
+
+
 class LocalProvider(Provider):
     name = "local"
     can_fail_pods = True
@@ -175,6 +179,11 @@ class LocalProvider(Provider):
             for binary in REAL_NODE_TOOLS:
                 tools.require(binary, self.lock)
             sandbox.check_host()
+            free = shutil.disk_usage(paths.cache_dir()).free
+            if free < LOW_DISK_GIB * 2**30:
+                progress.info(f"  warning: {free / 2**30:.1f} GiB free on the disk of {paths.cache_dir()} "
+                              f"(under {LOW_DISK_GIB}): the nodes' new image layers, pod logs and etcd go there, "
+                              f"and below 256 MiB free the kubelet evicts pods")
             for line in sandbox.cleanup_stale():
                 progress.info(f"  {line} (left by an earlier run)")
         pools = simulated_pools(pools_for(golden_runtimes(suite.rendered)), self.nodes)
