@@ -39,7 +39,7 @@ class Published:
     reference: str  # oci://HOST/PATH/NAME
     version: str
     digest: str  # sha256 of the chart archive: the OCI chart layer's digest
-    action: str  # pushed | already published
+    action: str  # pushed | already published | replaced
     archive: str
 
 
@@ -140,7 +140,11 @@ def published_digest(reference: str, version: str, plain_http: bool, lock: lockm
 
 
 def publish(registry: str, plain_http: bool = False, chart_dir: Path | None = None,
-            lock: lockmod.Lock | None = None, out_dir: Path | None = None, sign_key: str = "") -> Published:
+            lock: lockmod.Lock | None = None, out_dir: Path | None = None, sign_key: str = "",
+            replace: bool = False) -> Published:
+    """Package the chart and push it to REGISTRY. A version already there with other content is refused
+    (a published version is never overwritten) unless REPLACE: a development registry, such as the e2e
+    cluster's, whose storage outlives the runs while the working tree's chart changes under one version."""
     lock = lock or lockmod.load()
     chart_dir = chart_dir or paths.chart_dir()
     registry = check_registry(registry)
@@ -157,7 +161,7 @@ def publish(registry: str, plain_http: bool = False, chart_dir: Path | None = No
     existing = published_digest(reference, version, plain_http, lock)
     if existing == digest:
         return Published(reference, version, digest, "already published", str(archive))
-    if existing is not None:
+    if existing is not None and not replace:
         raise UserError(
             f"{chart_dir / 'Chart.yaml'}: version {version} is already published at {reference} with different "
             f"content ({existing}, this chart is {digest})",
@@ -170,7 +174,7 @@ def publish(registry: str, plain_http: bool = False, chart_dir: Path | None = No
             raise UserError(f"registry {registry} is unreachable: {message}",
                             "check the address (and --plain-http for a registry without TLS)")
         raise UserError(f"helm push to {registry} failed: {message}")
-    return Published(reference, version, digest, "pushed", str(archive))
+    return Published(reference, version, digest, "replaced" if existing is not None else "pushed", str(archive))
 
 
 def _package_cmd(args: argparse.Namespace) -> int:

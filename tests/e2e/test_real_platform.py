@@ -88,6 +88,16 @@ def test_the_training_step_submits_waits_and_outputs_the_trainjob(cluster, tmp_p
     assert job["spec"]["trainer"]["numNodes"] == 2 and job["spec"]["runtimeRef"]["name"] == "torch-distributed"
     if cluster["nodes"] == "real":
         assert out["output_claim"] and out["output_mount_path"] == "/workspace/output", out
+        # Fewer real nodes than pods: the CPU runtime's spread is `preferred` (files/runtimes/README.md),
+        # so both pods share the one node and train together rather than wait for a second node.
+        nodes = json.loads(_kubectl(cluster, "get", "nodes", "-o", "json").stdout)["items"]
+        real = {n["metadata"]["name"] for n in nodes
+                if (n["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") != "fake"}
+        pods = json.loads(_kubectl(cluster, "get", "pods", "-n", cluster["namespace"], "-l",
+                                   f"jobset.sigs.k8s.io/jobset-name={out['trainjob']}", "-o", "json").stdout)["items"]
+        ran = [(p["spec"].get("nodeName"), p["status"].get("phase")) for p in pods]
+        assert len(real) == 1 and len(ran) == 2, (real, ran)
+        assert ran == [(next(iter(real)), "Succeeded")] * 2, ran
 
 
 def test_a_failing_trainjob_fails_the_step_with_its_reason(cluster, tmp_path, capsys):

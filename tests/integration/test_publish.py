@@ -142,6 +142,22 @@ def test_a_published_version_with_other_content_is_never_overwritten(registry, t
     assert json.loads(again.stdout)["digest"] == json.loads(original.stdout)["digest"]
 
 
+def test_a_development_registry_takes_the_working_trees_chart_under_the_same_version(registry, tmp_path):
+    """What the e2e does on its cluster's registry, whose storage outlives the runs: replace=True pushes the
+    changed chart over the version an earlier run published, and the registry then serves the new one."""
+    from trainstack import publish
+
+    original_root, changed_root = _checkout_copy(tmp_path / "a"), _checkout_copy(tmp_path / "b")
+    first = _publish(registry, "dev", "--output", "json", root=original_root)
+    assert first.returncode == 0, first.stderr
+    values = changed_root / "charts" / "trainstack" / "values.yaml"
+    values.write_text(values.read_text() + "\n# a change under the same chart version\n")
+    replaced = publish.publish(f"oci://{registry}/dev", plain_http=True, chart_dir=changed_root / "charts" / "trainstack",
+                               out_dir=tmp_path / "out", replace=True)
+    assert replaced.action == "replaced" and replaced.digest != json.loads(first.stdout)["digest"]
+    assert publish.published_digest(replaced.reference, replaced.version, plain_http=True) == replaced.digest
+
+
 def test_unreachable_registry_is_one_line():
     result = run_cli("chart", "publish", "--registry", f"oci://127.0.0.1:{free_port()}/charts", "--plain-http")
     assert_one_line_error(result, "unreachable", "connection refused")

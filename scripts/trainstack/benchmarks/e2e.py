@@ -66,6 +66,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     lock = lockmod.load()
     runs = []
     steps: list[dict[str, Any]] = []
+    memory: dict[str, Any] = {}  # the cluster's peak resident memory (real nodes), of the last run
     for _ in range(max(1, getattr(args, "runs", 1))):
         with tempfile.TemporaryDirectory() as tmp:
             summary = Path(tmp) / "summary.json"
@@ -84,19 +85,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 raise UserError(f"make e2e failed during the bench: {said}")
             runs.append(round(seconds, 1))
             if summary.is_file():
-                steps = json.loads(summary.read_text()).get("steps", [])
+                said = json.loads(summary.read_text())
+                steps, memory = said.get("steps", []), said.get("memory") or {}
     recorded = recorded_build_seconds(lock)
     warm = statistics.median(runs)
     cold = cold_build(lock) if getattr(args, "cold", False) else {}
     cold_text = f"; cold build {cold['cold_build_seconds']:.0f}s" if cold else "; cold build: run with --cold"
+    peak = f"; cluster peak RSS {memory['peak_rss_mib']} MiB" if memory.get("peak_rss_mib") else ""
     return {
-        "summary": f"warm make e2e {warm:.1f}s (goal < {GOAL_SECONDS:.0f}s){cold_text}",
+        "summary": f"warm make e2e {warm:.1f}s (goal < {GOAL_SECONDS:.0f}s){peak}{cold_text}",
         **cold,
         "warm_seconds": warm,
         "warm_runs_seconds": runs,
         "goal_seconds": GOAL_SECONDS,
         "meets_goal": warm < GOAL_SECONDS,
         "steps": steps,
+        "memory": memory,
         "recorded_build_seconds_by_tool": recorded,
         "images": images_record(),
     }

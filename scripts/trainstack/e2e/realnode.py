@@ -321,8 +321,10 @@ def worker_killed(kube: Any, kubeconfig: Path, timeout: float = 300) -> dict[str
     The job checkpoints every 10 steps and is started with --resume, so whatever restarts its
     pods (the Job's backoff, or JobSet's failure policy) continues from the last checkpoint.
     """
-    # A step takes milliseconds here: many steps, so that the kill lands mid-run, after a checkpoint.
-    steps, every = 4000, 50
+    # A step takes milliseconds here (about 110 a second on this 2-core machine): enough steps that the kill,
+    # a second or two after rank 0 logs step 50, lands mid-run after a checkpoint; few enough that the steps
+    # left after the restart take seconds (the restart itself, pods replaced and torch started again, about 50).
+    steps, every = 1200, 50
     name = submit(kubeconfig, ["--steps", str(steps), "--seed", "1", "--output-dir", OUTPUT,
                                "--checkpoint-every", str(every), "--resume"])
     deadline = time.monotonic() + timeout

@@ -193,8 +193,10 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         port = getattr(getattr(self.provider, "cluster", None), "registry_port", 0) if self.provider.name == "local" else 0
         if not port:
             return [str(paths.chart_dir())]
+        # the registry's storage outlives the cluster (its images are a cache) while this checkout's chart
+        # changes under one version: the working tree's chart replaces what an earlier run pushed
         published = publish.publish(f"oci://127.0.0.1:{port}/charts", plain_http=True, lock=self.lock,
-                                    out_dir=self.run_dir / "chart")
+                                    out_dir=self.run_dir / "chart", replace=True)
         self.chart_reference = f"{published.reference} {published.version} ({published.digest[:19]}...)"
         return [published.reference, "--version", published.version, "--plain-http"]
 
