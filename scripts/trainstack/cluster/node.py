@@ -437,6 +437,10 @@ def static_volumes(workdir: Path, count: int = 48, size: str = "100Gi") -> list[
     return objects
 
 
+# kubeadm's Corefile (less forwarding: the cluster has no upstream) with one change: a name that does not
+# resolve yet is cached for 5 s, not 30. A job's pods look up each other's names (`<job>-node-0-0.<job>`) as
+# they start, often before the first pod has an address; with 30 s of negative caching the other ranks
+# waited 30 s to rendezvous (files/runtimes/README.md).
 COREFILE = f""".:1053 {{
     errors
     health :8080
@@ -446,7 +450,9 @@ COREFILE = f""".:1053 {{
         fallthrough in-addr.arpa ip6.arpa
         ttl 30
     }}
-    cache 30
+    cache 30 {{
+        denial 9984 5
+    }}
     loadbalance
 }}
 """
