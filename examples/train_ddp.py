@@ -110,6 +110,62 @@ def emit(record: dict) -> None:
     print(json.dumps(record, sort_keys=True), flush=True)
 
 
+class Tracker:
+    """The run in MLflow, from rank 0, only where the platform configured tracking: the golden runtimes
+    set MLFLOW_TRACKING_URI, the namespace's credential, MLFLOW_EXPERIMENT_NAME and MLFLOW_RUN_NAME when
+    the chart's tracking is on. No MLflow installed, a server that is down or a refusal: one "tracking"
+    line with the error, and training goes on untracked. The loss of every step is kept and sent in
+    batches (one request per FLUSH_STEPS steps, and at the end), so a fast loop never waits for the
+    server and a failing job ends at once."""
+
+    FLUSH_STEPS = 200
+
+    def __init__(self, active: bool) -> None:
+        self.mlflow = None
+        self.pending: list = []
+        if not active or not os.environ.get("MLFLOW_TRACKING_URI"):
+            return
+        try:
+            import mlflow
+
+            mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default")
+            self.run = mlflow.start_run(run_name=os.environ.get("MLFLOW_RUN_NAME") or None)
+            self.mlflow = mlflow
+            emit({"event": "tracking", "ok": True, "run_id": self.run.info.run_id,
+                  "experiment_id": self.run.info.experiment_id, "uri": mlflow.get_tracking_uri()})
+        except Exception as err:  # noqa: BLE001 (tracking must never stop training)
+            self.failed(err)
+
+    def failed(self, err: Exception) -> None:
+        self.mlflow = None
+        emit({"event": "tracking", "ok": False, "error": f"{type(err).__name__}: {str(err)[:300]}"})
+
+    def log(self, method: str, *args: object, **kwargs: object) -> None:
+        if self.mlflow is not None:
+            try:
+                getattr(self.mlflow, method)(*args, **kwargs)
+            except Exception as err:  # noqa: BLE001
+                self.failed(err)
+
+    def metric(self, key: str, value: float, step: int) -> None:
+        if self.mlflow is not None:
+            self.pending.append(self.mlflow.entities.Metric(key, value, int(time.time() * 1000), step))
+            if len(self.pending) >= self.FLUSH_STEPS:
+                self.flush()
+
+    def flush(self) -> None:
+        if self.mlflow is not None and self.pending:
+            batch, self.pending = self.pending, []
+            try:
+                self.mlflow.MlflowClient().log_batch(self.run.info.run_id, metrics=batch)
+            except Exception as err:  # noqa: BLE001
+                self.failed(err)
+
+    def end(self, status: str) -> None:
+        self.flush()
+        self.log("end_run", status=status)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -152,8 +208,37 @@ def main(argv: list[str] | None = None) -> int:
         ddp = DistributedDataParallel(model, device_ids=[local_rank] if device.type == "cuda" else None)
     weights = teacher(args.seed, args.features)
 
+    used = backend if distributed else "none"
+    tracker = Tracker(rank == 0)
+    tracker.log("log_params", {**vars(args), "world_size": world_size, "backend": used, "torch": torch.__version__,
+                               "start_step": start_step})
+    try:
+        ran, elapsed, last = train(args, rank, world_size, used, device, model, ddp, optimizer, weights,
+                                   checkpoint, start_step, tracker)
+    except BaseException:
+        tracker.end("FAILED")
+        raise
     if rank == 0:
-        emit({"event": "start", "backend": backend if distributed else "none", "device": device.type,
+        save_checkpoint(checkpoint, model, optimizer, max(args.steps, start_step), args, world_size)
+        tracker.log("log_metrics", {"final_loss": last, "train_s": elapsed, "steps_run": ran})
+        tracker.log("log_artifact", str(checkpoint), "checkpoint")
+        emit({"event": "done", "steps_run": ran, "step": max(args.steps, start_step), "train_s": round(elapsed, 4),
+              "steps_per_s": round(ran / elapsed, 3) if ran > 0 and elapsed > 0 else 0.0,
+              "checkpoint": str(checkpoint)})
+    tracker.end("FINISHED")
+    if distributed:
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0
+
+
+def train(args: argparse.Namespace, rank: int, world_size: int, backend: str, device: torch.device,
+          model: nn.Module, ddp: nn.Module, optimizer: torch.optim.Optimizer, weights: tuple,
+          checkpoint: Path, start_step: int, tracker: Tracker) -> tuple[int, float, float]:
+    """The training loop: (steps run, seconds, last global loss)."""
+    last = float("nan")
+    if rank == 0:
+        emit({"event": "start", "backend": backend, "device": device.type,
               "world_size": world_size, "nnodes": int(os.environ.get("GROUP_WORLD_SIZE", "1")),
               "nproc_per_node": int(os.environ.get("LOCAL_WORLD_SIZE", "1")), "start_step": start_step,
               "steps": args.steps, "seed": args.seed, "torch": torch.__version__,
@@ -168,24 +253,16 @@ def main(argv: list[str] | None = None) -> int:
         loss.backward()
         optimizer.step()
         global_loss = loss.detach().clone()
-        if distributed:  # the logged loss is the mean over the global batch, the same for any layout
+        if world_size > 1:  # the logged loss is the mean over the global batch, the same for any layout
             dist.all_reduce(global_loss)
             global_loss /= world_size
         if rank == 0:
-            emit({"event": "step", "step": step, "loss": global_loss.item()})
+            last = global_loss.item()
+            emit({"event": "step", "step": step, "loss": last})
+            tracker.metric("loss", last, step)
             if args.checkpoint_every and step % args.checkpoint_every == 0 and step < args.steps:
                 save_checkpoint(checkpoint, model, optimizer, step, args, world_size)
-    elapsed = time.perf_counter() - started
-    ran = args.steps - start_step
-    if rank == 0:
-        save_checkpoint(checkpoint, model, optimizer, max(args.steps, start_step), args, world_size)
-        emit({"event": "done", "steps_run": ran, "step": max(args.steps, start_step), "train_s": round(elapsed, 4),
-              "steps_per_s": round(ran / elapsed, 3) if ran > 0 and elapsed > 0 else 0.0,
-              "checkpoint": str(checkpoint)})
-    if distributed:
-        dist.barrier()
-        dist.destroy_process_group()
-    return 0
+    return args.steps - start_step, time.perf_counter() - started, last
 
 
 if __name__ == "__main__":

@@ -12,7 +12,9 @@ lock pins, with the pinned `crane`, into the cluster's own registry (the "mirror
 - `torch-cpu`: that root filesystem as its base layer, plus the lock's torch and the CPU part of
   its requirements from the wheel cache `smoke install` keeps, and `torchrun` on PATH;
 - `jax-cpu`, `xgboost-cpu` (`kind: python`): that root filesystem plus exactly the entry's pinned
-  PyPI packages, under the JAX and XGBoost runtimes' own repository and tag (`image:`).
+  PyPI packages, under the JAX and XGBoost runtimes' own repository and tag (`image:`);
+- `mlflow` (`kind: python`): the tracking server, the lock's `tracking.server` packages under MLflow's
+  own repository and tag. The training images also carry the lock's `tracking.client` (`trackingClient`).
 
 Every Debian-based image has the default command its lock entry's `cmd` names, as its upstream
 counterpart has one, so a TrainJob that sets no command runs it rather than failing to start.
@@ -338,7 +340,17 @@ def python_layer(work: Path, installs: list[tuple[list[str], bool]], launchers: 
     (bindir / "python").symlink_to("/usr/bin/python3")
     (site / "workspace").mkdir()
     (site / "workspace").chmod(0o1777)
-    return dir_layer(site, work / "python-packages.tar")
+    layer = dir_layer(site, work / "python-packages.tar")
+    for scratch in [site, *(work / f"pip-{index}" for index in range(len(installs)))]:
+        shutil.rmtree(scratch, ignore_errors=True)  # the torch image's tree is 4 GB: gone before compressing
+    return layer
+
+
+def _packages_line(requirements: list[str], shown: int = 6) -> str:
+    """REQUIREMENTS for a progress line: all of a short list, else the first few and how many more."""
+    if len(requirements) <= shown:
+        return " ".join(requirements)
+    return f"{' '.join(requirements[:shown])} and {len(requirements) - shown} more"
 
 
 def python_recipe(name: str, lock: lockmod.Lock) -> Recipe:
@@ -347,26 +359,30 @@ def python_recipe(name: str, lock: lockmod.Lock) -> Recipe:
     entry = spec(name, lock)
     base_entry = spec(str(entry["base"]), lock)
     extra = [str(r) for r in entry.get("pythonPackages", [])]
+    # MLflow's client (lock tracking.client), resolved with the image's own packages in one install
+    client = [str(r) for r in entry.get("trackingClient", [])]
     installs: list[tuple[list[str], bool]] = []
     launchers: dict[str, str] = {}
     if entry.get("kind") == "torch":
         wheel, _ = _torch_wheel(lock)
-        chosen = [*trainenv.cpu_requirements(trainenv.wheel_requirements(wheel)), *extra]
+        chosen = [*trainenv.cpu_requirements(trainenv.wheel_requirements(wheel)), *extra, *client]
         installs = [([f"torch=={wheel.name.split('-')[1]}"], True), (chosen, False)]
         launchers = {"torchrun": "torch.distributed.run"}
-        inputs, what = f"{wheel.name} {' '.join(chosen)}", f"{wheel.name} (CPU requirements)"
+        inputs = f"{wheel.name} {' '.join(chosen)}"
+        what = f"{wheel.name} (CPU requirements)" + (" + MLflow's client" if client else "")
     else:
         if not extra:
             raise UserError(f"{lock.path}: lock entry 'builtImages.{name}' (kind python) lists no pythonPackages")
-        installs = [(extra, False)]
-        inputs = what = " ".join(extra)
+        installs = [([*extra, *client], False)]
+        inputs = " ".join([*extra, *client])
+        what = _packages_line(extra) + (" + MLflow's client" if client else "")
     suite, _ = _debian(base_entry)
     base_key, build_base = _debian_base(base_entry)
     key = hashlib.sha256(f"{base_key} {inputs}".encode()).hexdigest()
 
     def layers(work: Path) -> list[Path]:
         base = build_base()
-        _ensure_wheels(extra)  # into the wheel cache, once
+        _ensure_wheels([*extra, *client])  # into the wheel cache, once
         with progress.step(f"installing {what} into the image"):
             return [base, python_layer(work, installs, launchers)]
 
@@ -465,7 +481,11 @@ class Builder:
         shutil.rmtree(work, ignore_errors=True)
         work.mkdir(parents=True)
         with progress.step(f"building image {ref} from {rec.source}"):
-            layers = [compress_layer(layer, work / f"layer-{i}.tar.zst") for i, layer in enumerate(rec.layers(work))]
+            layers = []
+            for i, layer in enumerate(rec.layers(work)):
+                layers.append(compress_layer(layer, work / f"layer-{i}.tar.zst"))
+                if layer.is_relative_to(work):  # scratch (the Debian base's tar is a cache): the disk's peak
+                    layer.unlink()
             self.crane_ok("append", "--oci-empty-base", *[a for layer in layers for a in ("-f", str(layer))],
                           "-t", ref)
             mutate = ["mutate", ref, "--set-platform", "linux/amd64", "-u", rec.user, "-l", f"{KEY_LABEL}={rec.key}",

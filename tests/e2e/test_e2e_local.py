@@ -64,6 +64,7 @@ def kubeconfig_state() -> tuple[bool, float]:
 
 REAL_NODE_STEPS = [
     "SDK TrainJob trains across real nodes",
+    "its run is in MLflow, and only its team's",
     "checkpoint outlives the pods",
     "worker killed mid-run",
     "a TrainJob whose pods cannot start is flagged",
@@ -125,6 +126,13 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
     assert trained["rendezvous"]["master_ip"] == pods[0]["ip"] and trained["rendezvous"]["rank"] == 1
     assert trained["loss_last"] < trained["loss_first"] * 0.5
     assert min(trained["link_bytes"]["real-1"].values()) >= trained["gradient_bytes"] > 0
+    # its run is in MLflow (read back as its namespace's account through a forwarded port): named after the
+    # TrainJob, FINISHED, the loss at every step, the checkpoint; another namespace's account is refused it
+    run = steps["its run is in MLflow, and only its team's"]["data"]
+    assert run["runs"] == 1 and run["status"] == "FINISHED", run
+    assert run["loss_steps"] == list(range(1, len(run["loss_steps"]) + 1)) and len(run["loss_steps"]) > 1, run
+    assert run["metrics"]["final_loss"] < trained["loss_first"] and "checkpoint/checkpoint.pt" in run["artifacts"]
+    assert run["other_reads_run"] is False and "trainstack-e2e" not in run["other_sees"], run
     # JAX and XGBoost did the same: two pods on two real nodes, exit 0, on the images built here
     for framework in ("JAX", "XGBoost"):
         run = steps[f"SDK {framework} TrainJob trains across real nodes"]["data"]

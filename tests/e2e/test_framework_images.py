@@ -61,12 +61,7 @@ def test_framework_image_has_a_command_and_trains(builder, tmp_path, name, scrip
     assert len(layers) == 2 and {layer["mediaType"] for layer in layers} == {images.ZSTD_MEDIA_TYPE}
     assert builder.ensure(name).action == "up to date"
 
-    root = tmp_path / "root"
-    root.mkdir()
-    exported = builder.crane_run("export", built.reference, str(tmp_path / "fs.tar"), timeout=600)
-    assert exported.returncode == 0, exported.stderr
-    subprocess.run(["tar", "-xf", str(tmp_path / "fs.tar"), "-C", str(root)], check=True)
-    (tmp_path / "fs.tar").unlink()
+    root = export(builder, built.reference, tmp_path)
     shutil.copy(ROOT / "examples" / script, root / "workspace" / script)
     result = run_in_image(root, f"python {script} {args}")
     assert result.returncode == 0, result.stderr[-2000:]
@@ -75,3 +70,33 @@ def test_framework_image_has_a_command_and_trains(builder, tmp_path, name, scrip
     probe = f"import importlib.util as u, sys; sys.exit(u.find_spec('{absent}') is not None)"
     missing = run_in_image(root, f'python -c "{probe}"')
     assert missing.returncode == 0, f"{name} has {absent}"
+    # MLflow's client (the lock's tracking.client), for the examples' tracking
+    client = run_in_image(root, "python -c 'import mlflow; print(mlflow.__version__)'")
+    pinned = next(p for p in lock.get("tracking", "client") if p.startswith("mlflow-skinny=="))
+    assert client.returncode == 0 and client.stdout.strip() == pinned.split("==")[1], client.stderr[-1000:]
+
+
+def export(builder, reference: str, tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    exported = builder.crane_run("export", reference, str(tmp_path / "fs.tar"), timeout=600)
+    assert exported.returncode == 0, exported.stderr
+    subprocess.run(["tar", "-xf", str(tmp_path / "fs.tar"), "-C", str(root)], check=True)
+    (tmp_path / "fs.tar").unlink()
+    return root
+
+
+def test_the_tracking_server_image_serves_mlflow_with_its_auth_app_and_postgres_driver(builder, tmp_path):
+    lock = builder.lock
+    built = builder.ensure("mlflow")
+    print(f"mlflow: {built.action} in {built.seconds:.1f}s, {built.size / 1e6:.1f} MB compressed")
+    assert built.reference == images.reference("mlflow", lock)
+    config = json.loads(builder.crane_ok("config", built.reference))["config"]
+    assert config["Cmd"] == ["python3", "-m", "mlflow"] and config["User"] == "1000:1000"
+    root = export(builder, built.reference, tmp_path)
+    probe = ("import mlflow, mlflow.server.auth, psycopg2, flask_wtf; "
+             "from mlflow.server import get_app_client; print(mlflow.__version__)")
+    result = run_in_image(root, f'python -c "{probe}"')
+    server = next(p for p in lock.get("tracking", "server") if p.startswith("mlflow[auth]=="))
+    assert result.returncode == 0 and result.stdout.strip().splitlines()[-1] == server.split("==")[1], \
+        result.stderr[-2000:]

@@ -93,10 +93,13 @@ def test_a_timed_out_wait_says_why_each_platform_pod_is_not_ready():
         pod("crash", "Running", unready, [{"name": "controller", "restartCount": 4,
                                            "state": {"terminated": {"reason": "Error", "exitCode": 1}}}]),
         pod("probe", "Running", unready, [{"name": "controller", "ready": False, "state": {"running": {}}}]),
+        pod("oom", "Running", unready, [{"name": "server", "restartCount": 3, "lastState": {"terminated": {
+            "reason": "OOMKilled", "exitCode": 137}}, "state": {"waiting": {"reason": "CrashLoopBackOff"}}}]),
     ]
     assert unready_pods(pods) == [
         "pending: not scheduled: 0/1 nodes are available: 1 Insufficient cpu.",
         "pull: Pending: manager waiting ImagePullBackOff: not found",
         "crash: Running: controller terminated Error exit 1, 4 restarts",
         "probe: Running: controller running, not ready",
+        "oom: Running: server waiting CrashLoopBackOff, 3 restarts (last: OOMKilled exit 137)",
     ]

@@ -10,14 +10,16 @@ trainstack.runtime.config
   takes: (dict "root" $ "entry" <catalog entry> "out" <empty dict>)
   gives: out: the runtime's settings: runtimes.defaults, overwritten by its accelerator class
          (runtimes.cpu|nvidia|amd), overwritten by its own key (runtimes.<key>); `env` is the
-         three env lists concatenated in that order.
+         tracking env (_tracking.tpl, when tracking is on) and the three env lists concatenated in
+         that order (a later entry of one name wins in the container).
 */ -}}
 {{- define "trainstack.runtime.config" -}}
 {{- $r := .root.Values.runtimes -}}
 {{- $own := index $r .entry.key -}}
 {{- $cls := index $r .entry.class -}}
 {{- $_ := mustMergeOverwrite .out (deepCopy $r.defaults) (deepCopy (omit $cls "env" "enabled")) (deepCopy (omit $own "env" "enabled" "name" "aliases" "image")) -}}
-{{- $_ := set .out "env" (concat ($r.defaults.env | default list) ($cls.env | default list) ($own.env | default list)) -}}
+{{- $tracking := include "trainstack.tracking.env" .root | fromJsonArray -}}
+{{- $_ := set .out "env" (concat $tracking ($r.defaults.env | default list) ($cls.env | default list) ($own.env | default list)) -}}
 {{- end -}}
 
 {{- /*

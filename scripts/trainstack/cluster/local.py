@@ -30,7 +30,7 @@ from typing import Any, Self
 
 import yaml
 
-from .. import images, kubeapi, paths, proc, tools
+from .. import images, kubeapi, paths, proc, progress, tools
 from .. import lock as lockmod
 from ..errors import UserError, output_line
 from . import node as nodemod
@@ -228,6 +228,9 @@ class LocalCluster:
         self.node.start_registry()
         builder = images.Builder(self.sandbox.enter_net(), self.lock)
         self.built_images = builder.ensure_all(self.image_names)
+        if any(b.action == "built" for b in self.built_images):
+            with progress.step("registry: deleting the blobs of replaced images"):
+                self.node.collect_registry_garbage()
         for real in self.nodes:
             real.start(registry_digest=builder.digest)
         self.apply(nodemod.coredns_objects(images.reference("coredns", self.lock)))

@@ -301,6 +301,17 @@ state = "{d}/containerd/state"
             env={**os.environ, "OTEL_TRACES_EXPORTER": "none"})
         self._wait_tcp(REGISTRY_PORT, "registry")
 
+    def collect_registry_garbage(self) -> str:
+        """Delete the registry storage's blobs no tag reaches any more (an image rebuilt under its tag leaves
+        the old one's, gigabytes for torch): `registry garbage-collect --delete-untagged`, run while nothing
+        is pushed (after the builds, before the nodes pull). Its last line, for the log."""
+        b = self.binaries()
+        result = proc.run([str(b["registry"]), "garbage-collect", "--delete-untagged", str(self.dir / "registry.yaml")],
+                          check=False, timeout=600, stdin=proc.DEVNULL, what="registry garbage-collect")
+        if result.returncode != 0:
+            raise UserError(f"registry garbage-collect failed: {(result.stderr or result.stdout).strip()[-300:]}")
+        return (result.stdout.strip().splitlines() or [""])[-1]
+
     def start(self, registry_digest: Callable[[str], str | None] | None = None) -> None:
         """containerd, then (on a reused image store, with `registry_digest`) the store's stale tags
         removed, then kubelet and kube-proxy."""

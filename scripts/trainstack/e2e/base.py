@@ -77,7 +77,8 @@ StepFn = Callable[[], "str | Outcome | None"]
 
 def unready_pods(pods: list[dict[str, Any]]) -> list[str]:
     """Why each pod that is not Ready is not: unscheduled (the scheduler's message), a container waiting or
-    terminated (reason, exit code, restarts) or running but failing its readiness probe. A wait that ends
+    terminated (reason, exit code, restarts and why the last run ended) or running but failing its readiness
+    probe. A wait that ends
     in a timeout prints these, so a CI log alone says which of them held the sync up."""
     out = []
     for pod in pods:
@@ -94,6 +95,9 @@ def unready_pods(pods: list[dict[str, Any]]) -> list[str]:
         for container in status.get("containerStatuses") or []:
             state = container.get("state") or {}
             restarts = f", {container.get('restartCount')} restarts" if container.get("restartCount") else ""
+            last = ((container.get("lastState") or {}).get("terminated") or {})
+            if restarts and last:  # why it restarted: OOMKilled, Error and its exit code
+                restarts += f" (last: {last.get('reason', '')} exit {last.get('exitCode')})"
             if "waiting" in state:
                 waiting = state["waiting"]
                 message = f": {waiting['message'][:160]}" if waiting.get("message") else ""

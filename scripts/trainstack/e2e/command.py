@@ -34,14 +34,18 @@ def choose(name: str, run_dir: Path, lock: lockmod.Lock, args: argparse.Namespac
 
     nodes = getattr(args, "nodes", None) or default_nodes(lock)
     real_nodes = getattr(args, "real_nodes", None) or DEFAULT_REAL_NODES
+    # the smoke suite's real nodes run the MLflow tracking server (docs/tracking.md); the upgrade, cluster
+    # upgrade and GitOps runs install what they test, without it
+    tracking = not any(getattr(args, a, None) for a in ("no_tracking", "gitops", "upgrade_from", "kube_upgrade_to"))
     if name == "auto":
         ok, why = viable(lock)
         if ok:
             return KindProvider(run_dir, lock, reason=f"auto: {why}")
         return LocalProvider(run_dir, lock, port_base=args.port_base, reason=f"auto: kind not possible ({why})",
-                             nodes=nodes, real_nodes=real_nodes)
+                             nodes=nodes, real_nodes=real_nodes, tracking=tracking)
     if name == "local":
-        return LocalProvider(run_dir, lock, port_base=args.port_base, nodes=nodes, real_nodes=real_nodes)
+        return LocalProvider(run_dir, lock, port_base=args.port_base, nodes=nodes, real_nodes=real_nodes,
+                             tracking=tracking)
     if name == "kind":
         return KindProvider(run_dir, lock)
     return ExistingProvider(lock, install=args.install, context=args.context)
@@ -275,6 +279,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="N",
         help="local provider: how many real nodes (kubelet + containerd each, in namespaces of their own; "
         "default 2)",
+    )
+    parser.add_argument(
+        "--no-tracking",
+        action="store_true",
+        help="local provider with real nodes: leave out the MLflow tracking server the smoke suite installs "
+        "(tracking.enabled) and its check",
     )
     parser.add_argument(
         "--port-base",

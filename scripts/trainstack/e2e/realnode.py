@@ -25,6 +25,7 @@ import yaml
 
 from .. import images, kubeapi, paths
 from ..errors import UserError
+from . import tracking as trackingmod
 from .base import GROUP, RELEASE, SMOKE_NS, VERSION, Outcome, StepFn, SuiteFailure
 from .cannotstart import cannot_start
 from .smokejobs import SmokeJob, golden_runtimes
@@ -380,6 +381,8 @@ class RealNodeSteps(SuiteState):
     def real_node_steps(self) -> list[tuple[str, StepFn]]:
         return [
             ("SDK TrainJob trains across real nodes", self.sdk_training),
+            *([("its run is in MLflow, and only its team's", self.tracked_run)]
+              if getattr(self.provider, "tracking", False) else []),
             ("checkpoint outlives the pods", self.checkpoint_kept),
             ("worker killed mid-run", self.worker_killed),
             ("a TrainJob whose pods cannot start is flagged", self.cannot_start),
@@ -440,6 +443,13 @@ class RealNodeSteps(SuiteState):
         return Outcome(f"TrainerClient().train -> {r['name']} on {RELEASE}'s {RUNTIME}: {where}; loss "
                        f"{r['loss_first']:.4f} -> {r['loss_last']:.4f} ({STEPS} steps, get_job_logs)"
                        + (f"; {crossed} (gradients {r['gradient_bytes'] / 1e6:.1f} MB)" if crossed else ""), r)
+
+    def tracked_run(self) -> Outcome:
+        r = trackingmod.check_run(self.kube, self.lock, self.trained["name"], STEPS)
+        return Outcome(f"run {r['run_id'][:12]} ({self.trained['name']}) in experiment {SMOKE_NS}: {r['status']}, "
+                       f"{len(r['params'])} params, loss at {len(r['loss_steps'])} steps, final_loss "
+                       f"{r['metrics']['final_loss']:.4f}, artifacts {', '.join(r['artifacts'])}; "
+                       f"{trackingmod.OTHER_NS}'s account refused ({r.get('other_refusal', '')[:60]})", r)
 
     def checkpoint_kept(self) -> Outcome:
         r = checkpoint_outlives_pods(self.kube, self.trained["name"], images.reference("torch-cpu", self.lock))

@@ -24,6 +24,7 @@ from typing import Any
 from .. import helm, kubeapi, paths, proc, progress, publish, tools
 from .. import lock as lockmod
 from ..errors import UserError
+from . import tracking as trackingmod
 from .base import (
     GROUP,
     NAMESPACE,
@@ -214,8 +215,10 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
             "--timeout",
             "180s",
         )
-        if self.data_cache:  # the chart puts the cache initializer's ServiceAccount there
-            self.kube.kubectl("create", "namespace", SMOKE_NS, check=False)
+        # the chart puts the cache initializer's ServiceAccount, or the tracking accounts' Roles, there
+        for namespace in ([SMOKE_NS] if self.data_cache else []) + (
+                [SMOKE_NS, trackingmod.OTHER_NS] if getattr(self.provider, "tracking", False) else []):
+            self.kube.kubectl("create", "namespace", namespace, check=False)
         log_path = self.run_dir / "helm-install.log"
         with log_path.open("w") as sink:
             sink.write("$ " + " ".join(cmd) + "\n")

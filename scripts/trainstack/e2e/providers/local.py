@@ -26,6 +26,7 @@ from ...cluster import node as nodemod
 from ...cluster import sandbox
 from ...cluster.local import GPU_RESOURCE, PORT_NAMES, LocalCluster, NodePool, pid_alive, stop_pids
 from ...errors import UserError
+from .. import tracking as trackingmod
 from ..base import NAMESPACE
 from ..hostcontrollers import CONTROLLER_IMAGES, HostControllers
 from ..memory import MemorySampler, sampler_for
@@ -92,9 +93,10 @@ def simulated_pools(pools: list[NodePool], nodes: str) -> list[NodePool]:
                                         (SIMULATED_TAINT,)) for p in pools]
 
 
-def mirror_values(lock: lockmod.Lock, path: Path) -> Path:
+def mirror_values(lock: lockmod.Lock, path: Path, tracking: bool = False) -> Path:
     """Helm values for the real node: every image from the cluster's registry, CPU sizes that fit
-    one 2-core node, the torch runtimes on the CPU torch image built here, output volumes on."""
+    one 2-core node, the torch runtimes on the CPU torch image built here, output volumes on; with
+    TRACKING, the MLflow tracking server for the e2e's namespaces on a small claim."""
     mirror = nodemod.MIRROR
     torch_repo, torch_tag = images.repository_tag("torch-cpu", lock)
     small = {"cpu": "500m", "memory": "1536Mi"}
@@ -110,6 +112,9 @@ def mirror_values(lock: lockmod.Lock, path: Path) -> Path:
                                     "accessModes": ["ReadWriteOnce"]}},
         },
     }
+    if tracking:
+        values["tracking"] = {**trackingmod.values()["tracking"],
+                              "storage": {"size": "1Gi", "storageClassName": nodemod.STORAGE_CLASS}}
     path.write_text("# written by trainstack e2e for the local cluster's real node\n" + yaml.safe_dump(values))
     return path
 
@@ -145,6 +150,7 @@ class LocalProvider(Provider):
         reason: str = "",
         nodes: str = "kwok",
         real_nodes: int = DEFAULT_REAL_NODES,
+        tracking: bool = False,
     ) -> None:
         self.run_dir = run_dir
         self.lock = lock or lockmod.load()
@@ -155,6 +161,7 @@ class LocalProvider(Provider):
         self.controllers: HostControllers | None = None
         self.nodes = nodes
         self.real_nodes = real_nodes if nodes != "kwok" else 0
+        self.tracking = tracking and nodes != "kwok"  # the MLflow server runs on a real node
         self.memory: MemorySampler | None = None
         self.memory_report: dict[str, Any] = {}  # the cluster's peak resident memory, once it is down
         if nodes != "kwok":
@@ -170,7 +177,7 @@ class LocalProvider(Provider):
         if not self.real:
             return []
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        return [mirror_values(self.lock, self.run_dir / "values-real-node.yaml")]
+        return [mirror_values(self.lock, self.run_dir / "values-real-node.yaml", tracking=self.tracking)]
 
     def up(self, suite: Any) -> LocalCluster:
         for binary in controller_binaries(suite.rendered, self.lock):  # a missing one fails before anything starts
@@ -228,6 +235,8 @@ class LocalProvider(Provider):
                   *suite.workload_images]
         if suite.data_cache:
             wanted.append("lws-controller")
+        if self.tracking:
+            wanted.append("mlflow")
         return [n for n in images.names(self.lock) if n in wanted]
 
     def is_real(self, job: Any) -> bool:
