@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from .. import kubeapi
 from ..cluster.local import FAIL_LABEL
 from .base import FRAMEWORK_LABEL, GROUP, SMOKE_NS, VERSION, Outcome, SuiteFailure, said_line, terminal_state
 from .smokejobs import (
@@ -242,12 +243,21 @@ class WorkloadChecks(SuiteState):
             self.place(job)
         self.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job.manifest(SMOKE_NS)))
         self.failed_job = job
-        items = self.wait_trainjobs({"fails": "Failed"}, timeout=max(90, self.provider.job_timeout))
+        timeout = max(90, self.provider.job_timeout)
+        selector = "jobset.sigs.k8s.io/jobset-name=fails"
+
+        def exit_codes(pods: dict[str, dict[str, Any]]) -> list[int] | None:
+            codes = sorted({c["state"]["terminated"]["exitCode"] for pod in pods.values()
+                            for c in (pod.get("status") or {}).get("containerStatuses") or []
+                            if (c.get("state") or {}).get("terminated")})
+            return codes or None
+
+        # watched while the pod exists: once the JobSet has failed, its Jobs (and their pods) may be gone
+        api = kubeapi.for_kube(self.kube)
+        exits = (kubeapi.wait_for(api, kubeapi.pods(api), exit_codes, timeout, namespace=SMOKE_NS,
+                                  label_selector=selector) or []) if real else []
+        items = self.wait_trainjobs({"fails": "Failed"}, timeout=timeout)
         state, message = terminal_state(items["fails"])
         how = "a real container exited 3" if real else "KWOK failed its pod"
-        exits = sorted({c["state"]["terminated"]["exitCode"]
-                        for pod in self.read("pods", SMOKE_NS, label_selector="jobset.sigs.k8s.io/jobset-name=fails")
-                        for c in (pod.get("status") or {}).get("containerStatuses") or []
-                        if (c.get("state") or {}).get("terminated")})
         return Outcome(f"TrainJob fails ended Failed ({how}): {message[:160]}",
                        {"state": state, "message": message, "real": real, "exit_codes": exits})
