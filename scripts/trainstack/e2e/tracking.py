@@ -23,8 +23,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .. import kubeapi, proc, tools, trainenv
 from .. import lock as lockmod
-from .. import proc, tools, trainenv
 from ..errors import UserError
 from .base import NAMESPACE, SMOKE_NS
 
@@ -43,18 +43,16 @@ class TrackingFailure(UserError):
 
 
 def credential(kube: Any, namespace: str, timeout: float = 120) -> tuple[str, str]:
-    """The (username, password) the accounts sidecar made for NAMESPACE (its Secret)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        result = kube.kubectl("get", "secret", SECRET, "-n", namespace, "-o", "json", check=False)
-        if result.returncode == 0:
-            data = json.loads(result.stdout).get("data") or {}
-            return (base64.b64decode(data.get("username", "")).decode(),
-                    base64.b64decode(data.get("password", "")).decode())
-        if time.monotonic() > deadline:
-            raise TrackingFailure(f"no Secret {namespace}/{SECRET} after {timeout:.0f}s: the tracking server's accounts "
-                                  f"sidecar did not make it (kubectl logs -n {NAMESPACE} deploy/{SERVICE} -c accounts)")
-        time.sleep(2)
+    """The (username, password) the accounts sidecar made for NAMESPACE (its Secret), watched until it exists."""
+    api = kubeapi.for_kube(kube)
+    found = kubeapi.wait_for(api, kubeapi.resource(api, "secrets", namespace), lambda objects: objects.get(SECRET),
+                             timeout, field_selector=f"metadata.name={SECRET}")
+    if not found:
+        raise TrackingFailure(f"no Secret {namespace}/{SECRET} after {timeout:.0f}s: the tracking server's accounts "
+                              f"sidecar did not make it (kubectl logs -n {NAMESPACE} deploy/{SERVICE} -c accounts)")
+    data = found.get("data") or {}
+    return (base64.b64decode(data.get("username", "")).decode(),
+            base64.b64decode(data.get("password", "")).decode())
 
 
 @contextmanager
