@@ -278,3 +278,21 @@ def gpu_usage(kube: Any, cluster_queue: str) -> dict[str, int]:
                 total += int(res.get("total", "0"))
                 borrowed += int(res.get("borrowed", "0"))
     return {"total": total, "borrowed": borrowed}
+
+
+def wait_gpu_usage(kube: Any, cluster_queue: str, namespace: str, want: dict[str, int], what: str,
+                   timeout: float = 90) -> dict[str, int]:
+    """Wait for ClusterQueue `cluster_queue`'s GPU usage (Kueue's status, written after it admits or
+    finishes a workload) to be WANT; on a timeout the error holds the queue's whole usage and each of
+    NAMESPACE's Workloads with its conditions, so a lagging status and a wrong admission read apart."""
+    def explain() -> dict[str, Any]:
+        found = _list(kube, "clusterqueues", _kueue("clusterqueues"), field_selector=f"metadata.name={cluster_queue}")
+        status = (found[0].get("status") or {}) if found else {}
+        return {"flavorsUsage": status.get("flavorsUsage"),
+                "admittedWorkloads": status.get("admittedWorkloads"),
+                "workloads": {w["metadata"]["name"]: conditions(w)
+                              for w in _list(kube, f"workloads/{namespace}", _kueue("workloads", namespace))}}
+
+    wait_until(lambda: gpu_usage(kube, cluster_queue) == want, what, timeout=timeout, explain=explain)
+    return want
+
