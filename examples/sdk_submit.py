@@ -10,7 +10,8 @@
 The SDK's CustomTrainer ships a Python function to the runtime, which runs it under torchrun on
 every node with the PET_* variables the controller injects (on the JAX and XGBoost runtimes it runs
 it under python, with their JAX_* or DMLC_* variables). The function here, `run_script`,
-carries the text of the script, writes it to a file in the container and runs it, so the job
+carries the text of the script (and of trainstack_tracking.py, which the examples log their
+MLflow run with), writes them to files in the container and runs the script, so the job
 trains with exactly the script `trainstack smoke train` tests, in the runtime's stock torch
 image: nothing to build or mount. The checkpoint goes to /workspace/output, where the golden
 runtimes mount the output volume. Prints the TrainJob's name.
@@ -24,22 +25,30 @@ import sys
 from pathlib import Path
 
 TRAIN_SCRIPT = Path(__file__).resolve().parent / "train_ddp.py"
+# Shipped beside every script: the examples log their run to MLflow with it (when tracking is on).
+HELPERS = [Path(__file__).resolve().parent / "trainstack_tracking.py"]
 DEFAULT_RUNTIME = "torch-distributed"
 # The SDK places the function's text and arguments in a shell here-document, which would expand these.
 SHELL_SPECIAL = ("$", "`", "\\")
 
 
-def run_script(source: str, argv: list, name: str = "train_ddp.py") -> None:
-    """Runs in each training process on the cluster: write the script as NAME and run it as __main__."""
+def run_script(source: str, argv: list, name: str = "train_ddp.py", helpers: dict | None = None) -> None:
+    """Runs in each training process on the cluster: write the script as NAME and HELPERS (file name:
+    text) beside it, and run the script as __main__ with its folder first on the import path, as
+    python would run it. (No dollar, backquote or backslash in this function: the SDK ships its
+    source in a shell here-document too.)"""
     import os
     import runpy
     import sys
     import tempfile
 
-    path = os.path.join(tempfile.mkdtemp(prefix="trainstack-"), name)
-    with open(path, "w") as handle:
-        handle.write(source)
+    folder = tempfile.mkdtemp(prefix="trainstack-")
+    for file_name, text in {**(helpers or {}), name: source}.items():
+        with open(os.path.join(folder, file_name), "w") as handle:
+            handle.write(text)
+    path = os.path.join(folder, name)
     sys.argv = [path, *argv]
+    sys.path.insert(0, folder)
     runpy.run_path(path, run_name="__main__")
 
 
@@ -71,17 +80,20 @@ def build_trainer(args: argparse.Namespace):
     from kubeflow.trainer import CustomTrainer
 
     script = Path(args.script)
-    try:
-        source = script.read_text()
-    except OSError as err:
-        raise SystemExit(f"error: --script {script}: {err.strerror}") from None
-    if any(c in source for c in SHELL_SPECIAL):
-        raise SystemExit(f"error: {script} contains $, a backquote or a backslash; the SDK's shell "
-                         "here-document would change it")
+    texts = {}
+    for path in (script, *HELPERS):
+        try:
+            texts[path.name] = path.read_text()
+        except OSError as err:
+            raise SystemExit(f"error: {'--script ' if path == script else ''}{path}: {err.strerror}") from None
+        if any(c in texts[path.name] for c in SHELL_SPECIAL):
+            raise SystemExit(f"error: {path} contains $, a backquote or a backslash; the SDK's shell "
+                             "here-document would change it")
+    source = texts.pop(script.name)
     resources = {k: v for k, v in (("cpu", args.cpu), ("memory", args.memory),
                                    ("gpu", str(args.gpu) if args.gpu else None)) if v}  # quantities as strings
     return CustomTrainer(func=run_script, func_args={"source": source, "argv": list(args.train_args),
-                                                     "name": script.name},
+                                                     "name": script.name, "helpers": texts},
                          num_nodes=args.num_nodes, resources_per_node=resources or None, image=args.image)
 
 

@@ -12,7 +12,9 @@ prints one JSON object per line: a "start" line, one "step" line per step and a 
 The checkpoint (model, optimizer, step) goes to --output-dir, by default the TRAINSTACK_OUTPUT_DIR
 variable, else /workspace/output (where the golden runtimes mount the output volume); --resume
 continues from it. Rank 0 reads the checkpoint and hands it to the other ranks, so only node 0
-needs the output volume.
+needs the output volume. Where the platform's tracking is on, rank 0 also logs the run to MLflow
+(parameters, the loss per step, the final metrics, the checkpoint) through trainstack_tracking.py,
+which must sit beside this file; a run that raises ends FAILED.
 
 Kept free of shell-special characters (dollar, backquote, backslash) on purpose: the Kubeflow
 SDK example ships this file's text inside a shell here-document (see sdk_submit.py).
@@ -29,6 +31,7 @@ import time
 import warnings
 from datetime import timedelta
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 # The CUDA wheels of torch warn at import when numpy is absent; this script never uses numpy.
 warnings.filterwarnings("ignore", message="Failed to initialize NumPy")
@@ -37,6 +40,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+if TYPE_CHECKING:  # run by main(): trainstack_tracking.py, shipped beside this file
+    from trainstack_tracking import Tracker
 
 CHECKPOINT_NAME = "checkpoint.pt"
 DEFAULT_OUTPUT_DIR = "/workspace/output"
@@ -110,62 +116,6 @@ def emit(record: dict) -> None:
     print(json.dumps(record, sort_keys=True), flush=True)
 
 
-class Tracker:
-    """The run in MLflow, from rank 0, only where the platform configured tracking: the golden runtimes
-    set MLFLOW_TRACKING_URI, the namespace's credential, MLFLOW_EXPERIMENT_NAME and MLFLOW_RUN_NAME when
-    the chart's tracking is on. No MLflow installed, a server that is down or a refusal: one "tracking"
-    line with the error, and training goes on untracked. The loss of every step is kept and sent in
-    batches (one request per FLUSH_STEPS steps, and at the end), so a fast loop never waits for the
-    server and a failing job ends at once."""
-
-    FLUSH_STEPS = 200
-
-    def __init__(self, active: bool) -> None:
-        self.mlflow = None
-        self.pending: list = []
-        if not active or not os.environ.get("MLFLOW_TRACKING_URI"):
-            return
-        try:
-            import mlflow
-
-            mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default")
-            self.run = mlflow.start_run(run_name=os.environ.get("MLFLOW_RUN_NAME") or None)
-            self.mlflow = mlflow
-            emit({"event": "tracking", "ok": True, "run_id": self.run.info.run_id,
-                  "experiment_id": self.run.info.experiment_id, "uri": mlflow.get_tracking_uri()})
-        except Exception as err:  # noqa: BLE001 (tracking must never stop training)
-            self.failed(err)
-
-    def failed(self, err: Exception) -> None:
-        self.mlflow = None
-        emit({"event": "tracking", "ok": False, "error": f"{type(err).__name__}: {str(err)[:300]}"})
-
-    def log(self, method: str, *args: object, **kwargs: object) -> None:
-        if self.mlflow is not None:
-            try:
-                getattr(self.mlflow, method)(*args, **kwargs)
-            except Exception as err:  # noqa: BLE001
-                self.failed(err)
-
-    def metric(self, key: str, value: float, step: int) -> None:
-        if self.mlflow is not None:
-            self.pending.append(self.mlflow.entities.Metric(key, value, int(time.time() * 1000), step))
-            if len(self.pending) >= self.FLUSH_STEPS:
-                self.flush()
-
-    def flush(self) -> None:
-        if self.mlflow is not None and self.pending:
-            batch, self.pending = self.pending, []
-            try:
-                self.mlflow.MlflowClient().log_batch(self.run.info.run_id, metrics=batch)
-            except Exception as err:  # noqa: BLE001
-                self.failed(err)
-
-    def end(self, status: str) -> None:
-        self.flush()
-        self.log("end_run", status=status)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     distributed = "RANK" in os.environ and "WORLD_SIZE" in os.environ
@@ -209,23 +159,22 @@ def main(argv: list[str] | None = None) -> int:
     weights = teacher(args.seed, args.features)
 
     used = backend if distributed else "none"
-    tracker = Tracker(rank == 0)
-    tracker.log("log_params", {**vars(args), "world_size": world_size, "backend": used, "torch": torch.__version__,
-                               "start_step": start_step})
-    try:
+    # imported here, not at the top: the checkpoint check and the smoke import this file as a library alone
+    from trainstack_tracking import Tracker
+
+    with Tracker(rank == 0) as tracker:  # the run ends FAILED if training raises
+        tracker.params({**vars(args), "world_size": world_size, "backend": used, "torch": torch.__version__,
+                        "start_step": start_step})
         ran, elapsed, last = train(args, rank, world_size, used, device, model, ddp, optimizer, weights,
                                    checkpoint, start_step, tracker)
-    except BaseException:
-        tracker.end("FAILED")
-        raise
-    if rank == 0:
-        save_checkpoint(checkpoint, model, optimizer, max(args.steps, start_step), args, world_size)
-        tracker.log("log_metrics", {"final_loss": last, "train_s": elapsed, "steps_run": ran})
-        tracker.log("log_artifact", str(checkpoint), "checkpoint")
-        emit({"event": "done", "steps_run": ran, "step": max(args.steps, start_step), "train_s": round(elapsed, 4),
-              "steps_per_s": round(ran / elapsed, 3) if ran > 0 and elapsed > 0 else 0.0,
-              "checkpoint": str(checkpoint)})
-    tracker.end("FINISHED")
+        if rank == 0:
+            save_checkpoint(checkpoint, model, optimizer, max(args.steps, start_step), args, world_size)
+            tracker.metrics({"final_loss": last, "train_s": elapsed, "steps_run": ran})
+            tracker.artifact(str(checkpoint), "checkpoint")
+            emit({"event": "done", "steps_run": ran, "step": max(args.steps, start_step),
+                  "train_s": round(elapsed, 4),
+                  "steps_per_s": round(ran / elapsed, 3) if ran > 0 and elapsed > 0 else 0.0,
+                  "checkpoint": str(checkpoint)})
     if distributed:
         dist.barrier()
         dist.destroy_process_group()

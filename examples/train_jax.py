@@ -15,6 +15,10 @@ same weights. Every process prints one JSON object per line: "start" (world size
 all-reduce), "step" lines (the global mean squared error) and "done" (final loss, the distance to
 the true weights, and a digest of the weights, equal on every process).
 
+Where the platform's tracking is on, process 0 logs the run to MLflow (the parameters, the loss
+at every step, the final metrics and the weights as an artifact) through trainstack_tracking.py,
+which must sit beside this file; a run that raises ends FAILED.
+
 Cluster detection is switched off: the Trainer variables say everything, and without it JAX needs
 neither the kubernetes package nor the right to list pods. If a node has IPv6 disabled, set
 JAX_COORDINATOR_BIND_ADDRESS=0.0.0.0:29500 in the TrainJob's trainer env.
@@ -30,6 +34,7 @@ import hashlib
 import json
 import os
 import sys
+import tempfile
 import time
 
 
@@ -95,16 +100,30 @@ def main(argv: list[str] | None = None) -> int:
         return w - args.lr * grad, loss
 
     step = jax.jit(jax.shard_map(local_step, mesh=mesh, in_specs=(P(), P("dp"), P("dp")), out_specs=(P(), P())))
-    losses = []
-    for i in range(1, args.steps + 1):
-        w, loss = step(w, x, y)
-        if i == 1 or i % args.log_every == 0 or i == args.steps:
-            losses.append(float(loss))
-            emit(event="step", rank=rank, step=i, loss=losses[-1])
-    weights = np.asarray(w)
-    emit(event="done", framework="jax", rank=rank, world_size=world, steps=args.steps, loss_first=losses[0],
-         loss_last=losses[-1], weight_error=float(np.linalg.norm(weights - w_true)),
-         weights_sha256=hashlib.sha256(weights.tobytes()).hexdigest(), seconds=round(time.monotonic() - started, 2))
+    from trainstack_tracking import Tracker  # beside this file (sdk_submit.py ships it)
+
+    with Tracker(rank == 0) as tracker:  # the run ends FAILED if training raises
+        tracker.params({**vars(args), "world_size": world, "devices": jax.device_count(), "jax": jax.__version__})
+        losses = []
+        for i in range(1, args.steps + 1):
+            w, loss = step(w, x, y)
+            if tracker.active:
+                tracker.metric("loss", float(loss), i)
+            if i == 1 or i % args.log_every == 0 or i == args.steps:
+                losses.append(float(loss))
+                emit(event="step", rank=rank, step=i, loss=losses[-1])
+        weights = np.asarray(w)
+        done = {"loss_first": losses[0], "loss_last": losses[-1],
+                "weight_error": float(np.linalg.norm(weights - w_true)),
+                "seconds": round(time.monotonic() - started, 2)}
+        tracker.metrics({"final_loss": done["loss_last"], "weight_error": done["weight_error"],
+                         "train_s": done["seconds"]})
+        if tracker.active:
+            with tempfile.TemporaryDirectory() as folder:
+                np.save(os.path.join(folder, "weights.npy"), weights)
+                tracker.artifact(os.path.join(folder, "weights.npy"), "model")
+    emit(event="done", framework="jax", rank=rank, world_size=world, steps=args.steps, **done,
+         weights_sha256=hashlib.sha256(weights.tobytes()).hexdigest())
     if world > 1:
         jax.distributed.shutdown()
     return 0

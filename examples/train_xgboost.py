@@ -17,6 +17,11 @@ Every worker prints one JSON object per line: "start" (world size and a check al
 "round" lines (the training logloss, all workers' data) and "done" (held-out accuracy and logloss
 beside the baseline's, the model's digest, and whether it equals worker 0's).
 
+Where the platform's tracking is on, worker 0 logs the run to MLflow (the parameters, the training
+logloss of every round, the held-out scores and the model as an artifact) through
+trainstack_tracking.py, which must sit beside this file; a run that raises, or whose workers end
+with different models, ends FAILED.
+
 Kept free of shell-special characters (dollar, backquote, backslash): the Kubeflow SDK example
 ships this file's text inside a shell here-document (sdk_submit.py --script).
 """
@@ -29,7 +34,12 @@ import json
 import os
 import socket
 import sys
+import tempfile
 import time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # run by main(): trainstack_tracking.py, shipped beside this file
+    from trainstack_tracking import Tracker
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -84,7 +94,7 @@ def make_data(seed: int, shard: int, rows: int, features: int):
     return x, y
 
 
-def train(args: argparse.Namespace, rank: int, world: int) -> dict:
+def train(args: argparse.Namespace, rank: int, world: int, tracker: Tracker) -> dict:
     import numpy as np
     import xgboost as xgb
     from xgboost import collective
@@ -103,6 +113,7 @@ def train(args: argparse.Namespace, rank: int, world: int) -> dict:
                         verbose_eval=False)
     train_loss = history["train"]["logloss"]
     for i, value in enumerate(train_loss, start=1):
+        tracker.metric("train_logloss", value, i)
         if i == 1 or i % args.log_every == 0 or i == args.rounds:
             emit(event="round", rank=rank, round=i, train_logloss=float(value))
     # The baseline: the majority class of every worker's labels, as a constant probability.
@@ -120,11 +131,19 @@ def train(args: argparse.Namespace, rank: int, world: int) -> dict:
 
     digest = hashlib.sha256(booster.save_raw("json")).hexdigest()
     rank0 = collective.broadcast(digest, 0) if world > 1 else digest
-    return {"rounds": args.rounds, "train_logloss_first": float(train_loss[0]), "train_logloss_last": float(train_loss[-1]),
-            "test_accuracy": float(np.mean((p > 0.5) == (y_test > 0.5))),
-            "baseline_accuracy": float(np.mean(y_test == (1.0 if rate >= 0.5 else 0.0))),
-            "test_logloss": logloss(p), "baseline_logloss": logloss(np.full_like(p, rate)),
-            "model_sha256": digest, "same_model_as_rank0": rank0 == digest}
+    result = {"rounds": args.rounds, "train_logloss_first": float(train_loss[0]),
+              "train_logloss_last": float(train_loss[-1]),
+              "test_accuracy": float(np.mean((p > 0.5) == (y_test > 0.5))),
+              "baseline_accuracy": float(np.mean(y_test == (1.0 if rate >= 0.5 else 0.0))),
+              "test_logloss": logloss(p), "baseline_logloss": logloss(np.full_like(p, rate)),
+              "model_sha256": digest, "same_model_as_rank0": rank0 == digest}
+    tracker.metrics({k: result[k] for k in ("test_accuracy", "baseline_accuracy", "test_logloss", "baseline_logloss",
+                                            "train_logloss_last")})
+    if tracker.active:
+        with tempfile.TemporaryDirectory() as folder:
+            booster.save_model(os.path.join(folder, "model.json"))
+            tracker.artifact(os.path.join(folder, "model.json"), "model")
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -137,22 +156,28 @@ def main(argv: list[str] | None = None) -> int:
         waited = wait_for_host(os.environ["DMLC_TRACKER_URI"], port, args.resolve_timeout)
         if waited >= 1:
             print(f"waited {waited:.1f}s for {os.environ['DMLC_TRACKER_URI']} to resolve", file=sys.stderr, flush=True)
+    import xgboost
+    from trainstack_tracking import Tracker
     from xgboost import collective
     from xgboost.tracker import RabitTracker
 
-    tracker = None
-    if "DMLC_TRACKER_URI" in os.environ:
-        if rank == 0:
-            tracker = RabitTracker(n_workers=world, host_ip=args.tracker_host, port=port, sortby="task")
-            tracker.start()
-        # dmlc_retry: worker 1 may start before worker 0's tracker listens
-        with collective.CommunicatorContext(dmlc_tracker_uri=os.environ["DMLC_TRACKER_URI"], dmlc_tracker_port=port,
-                                            dmlc_task_id=str(rank), dmlc_retry=60, dmlc_timeout=600):
-            result = train(args, rank, world)
-        if tracker is not None:
-            tracker.wait_for()
-    else:
-        result = train(args, rank, 1)
+    with Tracker(rank == 0) as run:  # the MLflow run; FAILED if training raises
+        run.params({**vars(args), "world_size": world, "xgboost": xgboost.__version__})
+        rabit = None
+        if "DMLC_TRACKER_URI" in os.environ:
+            if rank == 0:
+                rabit = RabitTracker(n_workers=world, host_ip=args.tracker_host, port=port, sortby="task")
+                rabit.start()
+            # dmlc_retry: worker 1 may start before worker 0's tracker listens
+            with collective.CommunicatorContext(dmlc_tracker_uri=os.environ["DMLC_TRACKER_URI"],
+                                                dmlc_tracker_port=port, dmlc_task_id=str(rank), dmlc_retry=60,
+                                                dmlc_timeout=600):
+                result = train(args, rank, world, run)
+            if rabit is not None:
+                rabit.wait_for()
+        else:
+            result = train(args, rank, 1, run)
+        run.end("FINISHED" if result["same_model_as_rank0"] else "FAILED")
     emit(event="done", framework="xgboost", rank=rank, world_size=world, **result,
          seconds=round(time.monotonic() - started, 2))
     return 0 if result["same_model_as_rank0"] else 1

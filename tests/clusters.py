@@ -46,6 +46,7 @@ SHARED = ("local_cluster", "platform", "real_platform")
 # test_node_loss.py check; every other real-node cluster needs only one node, which saves a node's
 # start and every image pulled into its own containerd (the torch image alone: about a minute).
 ONE_REAL_NODE = 1
+PIPELINE_NS = "trainstack-pipeline"  # where test_real_platform runs the pipeline (tracked, so it can register)
 _LAST_USERS = pytest.StashKey[dict[str, str]]()
 _RELEASE: dict[str, Callable[[], None]] = {}  # shared cluster -> how to stop it now (once)
 
@@ -175,11 +176,13 @@ def namespace(platform: suitemod.Suite, request: pytest.FixtureRequest) -> Itera
 @pytest.fixture(scope="session")
 def real_platform() -> Iterator[suitemod.Suite]:
     """The chart installed as `make e2e` installs it on a real node only (kubelet + containerd:
-    containers run), with monitoring on (its metrics Services, scraper ServiceAccount and token),
-    for the tests that need pods that really run: the pipeline, the live metrics scrape, the node
-    daemons' restarts (kubelet and containerd come back; the cluster stays as it was)."""
+    containers run), with monitoring on (its metrics Services, scraper ServiceAccount and token) and
+    tracking on (MLflow, for the e2e's namespaces and PIPELINE_NS), for the tests that need pods that
+    really run: the pipeline, the live metrics scrape, the node daemons' restarts (kubelet and
+    containerd come back; the cluster stays as it was)."""
     need_binaries(*BINARIES, *REAL_NODE_TOOLS, "helm")
-    provider = LocalProvider(fresh_run_dir("real"), nodes="real", real_nodes=ONE_REAL_NODE)
+    provider = LocalProvider(fresh_run_dir("real"), nodes="real", real_nodes=ONE_REAL_NODE, tracking=True,
+                             tracked=(PIPELINE_NS,))
     monitoring = provider.run_dir / "values-monitoring.yaml"
     monitoring.write_text("monitoring: {enabled: true}\n")
     node_values = provider.values_files

@@ -14,6 +14,12 @@
    the claim mounted into the step) it reads the file directly; otherwise it reads it through a
    short-lived pod in the team's namespace that mounts the claim read-only.
 
+With `model_name` (and the chart's tracking on for the namespace: train_ddp.py then logs its run),
+the training step registers the TrainJob's run's checkpoint as a new version of that model in
+MLflow's registry, and `evaluate` reads the checkpoint back by that name and version through the
+tracking server (`tracking_uri`, or MLFLOW_TRACKING_URI; the credential from MLFLOW_TRACKING_USERNAME
+and _PASSWORD or the namespace's trainstack-tracking Secret) instead of from the volume.
+
 `run` executes the pipeline with kfp's local runner (`kfp.local`, subprocess mode) on this machine
 against the cluster in KUBECONFIG: every step runs here as a process of this Python environment,
 the TrainJob runs on the cluster. `run_local()` is the same as a function.
@@ -41,6 +47,7 @@ sys.path.insert(0, str(HERE))
 from trainjob_component import KUBEFLOW_REQUIREMENT, STEP_IMAGE, run_trainjob
 
 TRAIN_SCRIPT = HERE.parent / "train_ddp.py"
+TRACKING_HELPER = HERE.parent / "trainstack_tracking.py"  # train_ddp.py logs its MLflow run with it
 PIPELINE_NAME = "trainstack-train-evaluate"
 CHECKPOINT_NAME = "checkpoint.pt"  # what train_ddp.py writes into its output directory
 
@@ -73,8 +80,10 @@ def make_dataset(script: str, seed: int, features: int, samples: int, dataset: O
 @dsl.component(base_image=STEP_IMAGE, packages_to_install=[KUBEFLOW_REQUIREMENT])
 def evaluate(script: str, namespace: str, trainjob: str, output_claim: str, output_mount_path: str,
              dataset: Input[Dataset], metrics: Output[Metrics], checkpoint_name: str = "checkpoint.pt",
-             timeout_seconds: int = 600) -> NamedTuple("Outputs", [("final_loss", float)]):
-    """Load the TrainJob's checkpoint from its output volume and report its loss on the dataset."""
+             timeout_seconds: int = 600, model_name: str = "", model_version: str = "",
+             tracking_uri: str = "") -> NamedTuple("Outputs", [("final_loss", float)]):
+    """Load the TrainJob's checkpoint (from MLflow's model registry when model_name is given, else from
+    its output volume) and report its loss on the dataset."""
     import base64
     import contextlib
     import hashlib
@@ -84,6 +93,9 @@ def evaluate(script: str, namespace: str, trainjob: str, output_claim: str, outp
     import sys
     import tempfile
     import time
+    import urllib.error
+    import urllib.parse
+    import urllib.request
     import warnings
     from collections import namedtuple
 
@@ -94,13 +106,7 @@ def evaluate(script: str, namespace: str, trainjob: str, output_claim: str, outp
         print(f"error: {message}".replace("\n", " "), file=sys.stderr, flush=True)
         raise SystemExit(1)
 
-    where = f"{namespace}/{trainjob}"
-    if not output_claim or not output_mount_path:
-        fail(f"evaluate: TrainJob {where} has no output volume, so there is no checkpoint to read")
-    local = os.path.join(output_mount_path, checkpoint_name)
-    if os.path.isfile(local):  # the claim is mounted into this step at the same path
-        checkpoint, source = local, f"{local} (mounted)"
-    else:
+    def kubernetes_api():
         from kubernetes import client, config
 
         try:
@@ -110,14 +116,60 @@ def evaluate(script: str, namespace: str, trainjob: str, output_claim: str, outp
                 config.load_kube_config()
         except Exception as err:  # noqa: BLE001
             fail(f"evaluate: cannot reach the Kubernetes API: {type(err).__name__}: {err}")
-        core, custom = client.CoreV1Api(), client.CustomObjectsApi()
+        return client.CoreV1Api(), client.CustomObjectsApi()
 
-        def reason(err: BaseException) -> str:
-            body = getattr(err, "body", None)
+    def reason(err: BaseException) -> str:
+        body = getattr(err, "body", None)
+        try:
+            return f"{err.status} {json.loads(body)['message']}"
+        except (TypeError, ValueError, KeyError, AttributeError):
+            return f"{type(err).__name__}: {err}"
+
+    where = f"{namespace}/{trainjob}"
+    local = os.path.join(output_mount_path, checkpoint_name) if output_mount_path else ""
+    if model_name:  # by registry name and version, through the tracking server (it serves the artifacts)
+        uri = (tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")).rstrip("/")
+        model = f"models:/{model_name}/{model_version}"
+        if not uri.startswith(("http://", "https://")) or not model_version:
+            fail(f"evaluate: reading {model} needs tracking_uri (or MLFLOW_TRACKING_URI) and a model_version")
+        user, password = os.environ.get("MLFLOW_TRACKING_USERNAME", ""), os.environ.get("MLFLOW_TRACKING_PASSWORD", "")
+        if not user:
             try:
-                return f"{err.status} {json.loads(body)['message']}"
-            except (TypeError, ValueError, KeyError, AttributeError):
-                return f"{type(err).__name__}: {err}"
+                data = kubernetes_api()[0].read_namespaced_secret("trainstack-tracking", namespace).data or {}
+            except Exception as err:  # noqa: BLE001
+                fail(f"evaluate: no MLFLOW_TRACKING_USERNAME, and Secret {namespace}/trainstack-tracking is not "
+                     f"readable: {reason(err)}")
+            user, password = (base64.b64decode(data.get(k, "")).decode() for k in ("username", "password"))
+        auth = {"Authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+        def get(path: str) -> bytes:
+            try:
+                with urllib.request.urlopen(urllib.request.Request(f"{uri}/{path}", headers=auth), timeout=60) as r:
+                    return r.read()
+            except urllib.error.HTTPError as err:
+                fail(f"evaluate: reading {model} from MLflow at {uri}: {err.code} {err.read()[:200].decode(errors='replace')}")
+            except (urllib.error.URLError, OSError) as err:
+                fail(f"evaluate: MLflow at {uri} does not answer ({getattr(err, 'reason', err)})")
+
+        query = f"name={urllib.parse.quote(model_name)}&version={urllib.parse.quote(model_version)}"
+        version = json.loads(get(f"api/2.0/mlflow/model-versions/get?{query}"))["model_version"]
+        if version.get("status") != "READY":
+            fail(f"evaluate: {model} is {version.get('status')}, not READY")
+        located = json.loads(get(f"api/2.0/mlflow/model-versions/get-download-uri?{query}"))["artifact_uri"]
+        if not located.startswith("mlflow-artifacts:/"):
+            fail(f"evaluate: {model} lives at {located}, not in the tracking server's proxied artifacts")
+        data = get(f"api/2.0/mlflow-artifacts/artifacts/{located.removeprefix('mlflow-artifacts:/').strip('/')}/"
+                   f"{checkpoint_name}")
+        checkpoint = os.path.join(tempfile.mkdtemp(prefix="checkpoint-"), checkpoint_name)
+        with open(checkpoint, "wb") as handle:
+            handle.write(data)
+        source = f"{model} (run {version.get('run_id', '')}, {len(data)} bytes from {uri})"
+    elif not output_claim or not output_mount_path:
+        fail(f"evaluate: TrainJob {where} has no output volume, so there is no checkpoint to read")
+    elif os.path.isfile(local):  # the claim is mounted into this step at the same path
+        checkpoint, source = local, f"{local} (mounted)"
+    else:
+        core, custom = kubernetes_api()
 
         # The reader runs the TrainJob's own image and node placement, so it lands where the claim can be mounted.
         try:
@@ -212,6 +264,8 @@ def evaluate(script: str, namespace: str, trainjob: str, output_claim: str, outp
     metrics.log_metric("final_loss", loss)
     metrics.log_metric("checkpoint_step", int(state["step"]))
     metrics.log_metric("world_size", int(state["world_size"]))
+    if model_name:
+        metrics.log_metric("model_version", int(model_version))
     print(json.dumps({"event": "evaluated", "trainjob": trainjob, "final_loss": loss, "step": int(state["step"]),
                       "world_size": int(state["world_size"]), "checkpoint": source}), flush=True)
     return namedtuple("Outputs", ["final_loss"])(loss)
@@ -221,7 +275,8 @@ def evaluate(script: str, namespace: str, trainjob: str, output_claim: str, outp
               description="Synthetic data, torch DDP training as a Kubeflow TrainJob on trainstack, evaluation.")
 def train_evaluate(namespace: str, runtime: str = "torch-distributed", num_nodes: int = 2,
                    resources_per_node: dict = {}, queue: str = "", steps: int = 60, seed: int = 0,
-                   features: int = 16, samples: int = 512, timeout_seconds: int = 3600) -> Metrics:
+                   features: int = 16, samples: int = 512, timeout_seconds: int = 3600, model_name: str = "",
+                   tracking_uri: str = "") -> Metrics:
     # train_ddp.py's text goes to each step as a constant (not a pipeline parameter: kfp writes a
     # parameter's default into the IR's header comment, and a multi-line one breaks the YAML).
     script = TRAIN_SCRIPT.read_text()
@@ -231,15 +286,18 @@ def train_evaluate(namespace: str, runtime: str = "torch-distributed", num_nodes
 
     train = run_trainjob(namespace=namespace, runtime=runtime, num_nodes=num_nodes,
                          resources_per_node=resources_per_node, queue=queue, script=script,
+                         files={TRACKING_HELPER.name: TRACKING_HELPER.read_text()},
                          script_args=["--steps", steps, "--seed", seed, "--features", features],
-                         timeout_seconds=timeout_seconds)
+                         timeout_seconds=timeout_seconds, register_model=model_name, tracking_uri=tracking_uri)
     # A cached or retried training step would reuse or repeat a whole TrainJob: neither, ever.
     # Restarts of failed pods are the TrainJob's own business (its runtime's failure policy).
     train.set_display_name("train (TrainJob)").set_caching_options(False).after(data)
 
     scored = evaluate(script=script, namespace=namespace, trainjob=train.outputs["trainjob"],
                       output_claim=train.outputs["output_claim"],
-                      output_mount_path=train.outputs["output_mount_path"], dataset=data.outputs["dataset"])
+                      output_mount_path=train.outputs["output_mount_path"], dataset=data.outputs["dataset"],
+                      model_name=model_name, model_version=train.outputs["model_version"],
+                      tracking_uri=tracking_uri)
     # It reads a volume that outlives the run, so its result is not cached; a pod it starts may be retried.
     scored.set_display_name("evaluate checkpoint").set_caching_options(False)
     scored.set_retry(num_retries=2, backoff_duration="10s", backoff_factor=2.0)
@@ -376,6 +434,9 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--num-nodes", type=int, default=2)
     run.add_argument("--steps", type=int, default=60)
     run.add_argument("--queue", default="")
+    run.add_argument("--model-name", default="", help="register the checkpoint in MLflow under this name; evaluate "
+                     "reads it back from there")
+    run.add_argument("--tracking-uri", default="", help="the MLflow tracking server (default: MLFLOW_TRACKING_URI)")
     run.add_argument("--workdir", help="where kfp.local keeps the run's artifacts (default: a temporary folder)")
     run.add_argument("--output", choices=["text", "json"], default="text")
     rbac = sub.add_parser("rbac", help="print rbac.yaml for a namespace (kubectl apply -f -)")
@@ -391,7 +452,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         result = run_local(args.kubeconfig, args.namespace, workdir=args.workdir, runtime=args.runtime,
-                           num_nodes=args.num_nodes, steps=args.steps, queue=args.queue)
+                           num_nodes=args.num_nodes, steps=args.steps, queue=args.queue, model_name=args.model_name,
+                           tracking_uri=args.tracking_uri)
     except PipelineFailed as err:
         print(f"error: pipeline {PIPELINE_NAME}: {err}", file=sys.stderr)
         return 1

@@ -48,6 +48,7 @@ def run_trainjob(
     resources_per_node: dict = {},
     script: str = "",
     script_args: list = [],
+    files: dict = {},
     command: list = [],
     image: str = "",
     queue: str = "",
@@ -55,7 +56,10 @@ def run_trainjob(
     timeout_seconds: int = 3600,
     stream_logs: bool = True,
     require_output_volume: bool = True,
-) -> NamedTuple("Outputs", [("trainjob", str), ("output_claim", str), ("output_mount_path", str)]):
+    register_model: str = "",
+    tracking_uri: str = "",
+) -> NamedTuple("Outputs", [("trainjob", str), ("output_claim", str), ("output_mount_path", str),
+                            ("model_version", str)]):
     """Run a TrainJob on a trainstack runtime; wait for it; output its name and checkpoint location.
 
     Args:
@@ -67,6 +71,8 @@ def run_trainjob(
             every node; free of $, backquotes and backslashes (the SDK ships it in a shell
             here-document).
         script_args: arguments for the script.
+        files: more files written beside the script (file name: text), which it may import; the
+            example's trainstack_tracking.py, for instance. The same rule for shell-special characters.
         command: instead of a script, the trainer container's command (runs in `image`, default the
             runtime's image).
         image: trainer image (default: the runtime's).
@@ -76,16 +82,29 @@ def run_trainjob(
         stream_logs: print node-0's log into this step's log while it runs.
         require_output_volume: fail before submitting when the runtime mounts no output volume
             (a checkpoint would then not outlive the pods).
+        register_model: a model name in MLflow's registry: once the TrainJob is Complete, its run
+            (experiment: the namespace; run name: the TrainJob's, as the golden runtimes set them when
+            the chart's tracking is on) gets a new version of this model made from its `checkpoint`
+            artifacts. Empty: nothing is registered.
+        tracking_uri: the MLflow tracking server, for register_model (default: MLFLOW_TRACKING_URI).
+            The credential is MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD, else the
+            namespace's trainstack-tracking Secret (the chart's tracking makes it).
 
     Returns:
         trainjob: the TrainJob's name; output_claim: the PersistentVolumeClaim of the output volume;
         output_mount_path: where the volume is mounted in the node containers (the checkpoint
-        directory; train_ddp.py writes checkpoint.pt there).
+        directory; train_ddp.py writes checkpoint.pt there); model_version: the version registered
+        under register_model ("" when none).
     """
+    import base64
     import json
+    import os
     import re
     import sys
     import time
+    import urllib.error
+    import urllib.parse
+    import urllib.request
     from collections import namedtuple
 
     def fail(message: str) -> None:
@@ -125,15 +144,23 @@ def run_trainjob(
         fail(f"run_trainjob: timeout_seconds must be at least 10, got {timeout_seconds}")
     if bool(script) == bool(command):
         fail("run_trainjob: give exactly one of script (a Python training script's text) and command")
+    tracking_uri = (tracking_uri or os.environ.get("MLFLOW_TRACKING_URI", "")).rstrip("/")
+    if register_model and not tracking_uri.startswith(("http://", "https://")):
+        fail(f"run_trainjob: register_model {register_model!r} needs tracking_uri (or MLFLOW_TRACKING_URI), an "
+             f"http(s) address of the MLflow tracking server, not {tracking_uri!r}")
     # An int pipeline parameter placed in script_args reaches the step as "40.0" under kfp.local
     # (numbers travel as floats), which argparse's type=int refuses: a whole number written N.0
     # becomes N (the same number to a float argument).
     argv = [a[:-2] if re.fullmatch(r"-?\d+\.0", a) else a
             for a in (str(int(v)) if isinstance(v, float) and v.is_integer() else str(v) for v in script_args)]
-    special = [c for c in ("$", "`", "\\") if c in script or any(c in a for a in argv)]
+    special = [c for c in ("$", "`", "\\") if c in script or any(c in a for a in argv)
+               or any(c in str(t) for t in files.values())]
     if special:
-        fail(f"run_trainjob: script and script_args must not contain {' '.join(special)} (the Kubeflow SDK "
-             "ships them in a shell here-document, which would change them)")
+        fail(f"run_trainjob: script, script_args and files must not contain {' '.join(special)} (the Kubeflow "
+             "SDK ships them in a shell here-document, which would change them)")
+    bad_names = [n for n in files if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", str(n)) or n == "train.py"]
+    if bad_names:
+        fail(f"run_trainjob: files: {bad_names[0]!r} is not a plain file name other than train.py")
     resources = {str(k): str(v) for k, v in resources_per_node.items()}
 
     try:
@@ -194,22 +221,28 @@ def run_trainjob(
              "values, or pass require_output_volume=False")
 
     # ---- submit -----------------------------------------------------------------------------
-    def run_script(source: str, argv: list) -> None:
-        """Runs in each training process: write the script to a file and run it as __main__."""
+    def run_script(source: str, argv: list, files: dict) -> None:
+        """Runs in each training process: write the script and FILES to a folder and run the script as
+        __main__ with that folder first on the import path, as python would run it (no dollar, backquote
+        or backslash here: the SDK ships this function's source in a shell here-document)."""
         import os
         import runpy
         import sys
         import tempfile
 
-        path = os.path.join(tempfile.mkdtemp(prefix="pipeline-step-"), "train.py")
-        with open(path, "w") as handle:
-            handle.write(source)
+        folder = tempfile.mkdtemp(prefix="pipeline-step-")
+        for name, text in {**files, "train.py": source}.items():
+            with open(os.path.join(folder, name), "w") as handle:
+                handle.write(text)
+        path = os.path.join(folder, "train.py")
         sys.argv = [path, *argv]
+        sys.path.insert(0, folder)
         runpy.run_path(path, run_name="__main__")
 
     options = [Labels({"kueue.x-k8s.io/queue-name": queue})] if queue else []
     if script:
-        trainer = CustomTrainer(func=run_script, func_args={"source": script, "argv": argv},
+        trainer = CustomTrainer(func=run_script, func_args={"source": script, "argv": argv,
+                                                            "files": {str(k): str(v) for k, v in files.items()}},
                                 num_nodes=num_nodes, resources_per_node=resources or None, image=image or None,
                                 env={str(k): str(v) for k, v in env.items()} or None)
     else:
@@ -290,5 +323,67 @@ def run_trainjob(
     mount_path = mount["mountPath"] if mount else ""
     print(f"TrainJob {where} Complete" + (f"; checkpoint directory {mount_path} on volume {claim}" if claim else ""),
           flush=True)
-    outputs = namedtuple("Outputs", ["trainjob", "output_claim", "output_mount_path"])
-    return outputs(name, claim, mount_path)
+
+    # ---- its run's checkpoint, a new version of a registered model in MLflow ---------------------
+    model_version = ""
+    if register_model:
+        user, password = os.environ.get("MLFLOW_TRACKING_USERNAME", ""), os.environ.get("MLFLOW_TRACKING_PASSWORD", "")
+        if not user:
+            try:
+                data = client.backend.core_api.read_namespaced_secret("trainstack-tracking", namespace).data or {}
+            except Exception as err:  # noqa: BLE001
+                fail(f"run_trainjob: register_model: no MLFLOW_TRACKING_USERNAME, and the namespace's Secret "
+                     f"{namespace}/trainstack-tracking is not readable: {api_reason(err)}")
+            user, password = (base64.b64decode(data.get(k, "")).decode() for k in ("username", "password"))
+        auth = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+        class MlflowError(Exception):
+            """MLflow refused a call: (error_code, message)."""
+
+        def mlflow(method: str, path: str, body=None, **query) -> dict:
+            """One call of MLflow's REST API (the tracking server's documented /api/2.0/mlflow); its answer,
+            or MlflowError(error_code, message)."""
+            url = f"{tracking_uri}/api/2.0/mlflow/{path}" + (f"?{urllib.parse.urlencode(query)}" if query else "")
+            request = urllib.request.Request(url, method=method, headers={"Content-Type": "application/json",
+                                                                          "Authorization": auth},
+                                             data=None if body is None else json.dumps(body).encode())
+            try:
+                with urllib.request.urlopen(request, timeout=30) as answer:
+                    return json.loads(answer.read() or b"{}")
+            except urllib.error.HTTPError as err:
+                try:
+                    detail = json.loads(err.read())
+                except ValueError:
+                    detail = {}
+                raise MlflowError(detail.get("error_code", str(err.code)), detail.get("message", err.reason)) from None
+            except (urllib.error.URLError, OSError) as err:
+                fail(f"run_trainjob: register_model: MLflow at {tracking_uri} does not answer "
+                     f"({getattr(err, 'reason', err)})")
+
+        try:
+            experiment = mlflow("GET", "experiments/get-by-name", experiment_name=namespace)["experiment"]
+            runs = mlflow("POST", "runs/search", {
+                "experiment_ids": [experiment["experiment_id"]], "max_results": 1,
+                "filter": f"attributes.run_name = '{name}' and attributes.status = 'FINISHED'",
+                "order_by": ["attributes.start_time DESC"]}).get("runs") or []
+            if not runs:
+                fail(f"run_trainjob: register_model: TrainJob {where} is Complete but MLflow has no FINISHED run named "
+                     f"{name} in experiment {namespace} (does the script log its run? train_ddp.py does, with "
+                     "trainstack_tracking.py beside it)")
+            run = runs[0]["info"]
+            try:
+                mlflow("POST", "registered-models/create", {"name": register_model})
+            except MlflowError as err:
+                if err.args[0] != "RESOURCE_ALREADY_EXISTS":
+                    raise
+            version = mlflow("POST", "model-versions/create", {
+                "name": register_model, "source": f"{run['artifact_uri']}/checkpoint", "run_id": run["run_id"],
+                "tags": [{"key": "trainjob", "value": name}, {"key": "namespace", "value": namespace}]})
+        except MlflowError as err:
+            fail(f"run_trainjob: register_model {register_model!r} from TrainJob {where}: MLflow said "
+                 f"{err.args[0]}: {str(err.args[1])[:200]}")
+        model_version = str(version["model_version"]["version"])
+        print(f"model {register_model} version {model_version}: run {run['run_id']} of TrainJob {where} "
+              f"({run['artifact_uri']}/checkpoint)", flush=True)
+    outputs = namedtuple("Outputs", ["trainjob", "output_claim", "output_mount_path", "model_version"])
+    return outputs(name, claim, mount_path, model_version)

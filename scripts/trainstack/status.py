@@ -5,14 +5,18 @@ Lease), the ClusterTrainingRuntimes present (trainstack's golden ones marked), a
 namespace and state with age and progress (`status.trainerStatus`, filled only where the
 TrainJobStatus feature gate is on), flagging active TrainJobs whose pods cannot start (a container
 waiting with a reason that never clears by itself, or a pod unschedulable too long). Read-only: list calls only, paged, raw JSON (no model
-objects), so 1,000 TrainJobs take about as long as their bytes take to arrive.
+objects), so 1,000 TrainJobs take about as long as their bytes take to arrive. With --runs, also each
+TrainJob's MLflow run (the chart's tracking): the head of its rank-0 pod's log, where the example
+scripts print the run they started, linked into MLflow's UI under --tracking-url.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -35,6 +39,11 @@ CANNOT_START = ("CreateContainerError", "CreateContainerConfigError", "ErrImageP
                 "InvalidImageName")
 UNSCHEDULABLE_AFTER_S = 300  # an unschedulable pod this old is flagged (default of --stuck-after)
 JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+# rank 0's pod: the `node` step's first pod (completion index 0), whose log holds the "tracking" line
+RANK0_SELECTOR = f"{JOBSET_NAME},jobset.sigs.k8s.io/replicatedjob-name=node,batch.kubernetes.io/job-completion-index=0"
+RUN_LOG_BYTES = 256 * 1024  # the head of rank 0's log: the run is started before training
+RUNS_LIMIT = 100  # TrainJobs whose run --runs looks up (the newest first)
+LOG_READERS = 8  # rank-0 logs read at once
 PAGE = 500
 DETAIL_LIMIT = 50  # TrainJobs listed one by one in text output with --all-namespaces
 
@@ -60,6 +69,10 @@ class TrainJobRow:
     remaining_s: int | None = None
     # why its pods cannot start: "<pod>: <reason>: <message>" ("" = nothing found)
     blocked: str = ""
+    # its MLflow run (--runs): what rank 0 logged when it started the run ("" = none found)
+    run_id: str = ""
+    experiment_id: str = ""
+    run_link: str = ""
 
 
 @dataclass
@@ -70,6 +83,7 @@ class Status:
     runtimes: list[dict[str, Any]] = field(default_factory=list)
     trainjobs: list[TrainJobRow] = field(default_factory=list)
     seconds: float = 0.0
+    unreadable_logs: int = 0  # --runs: rank-0 logs that could not be read
 
     def summary(self) -> list[dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
@@ -85,7 +99,7 @@ class Status:
         return {"context": self.context, "platformNamespace": self.platform_namespace,
                 "components": [asdict(c) for c in self.components], "runtimes": self.runtimes,
                 "trainjobs": {"summary": self.summary(), "items": [asdict(t) for t in self.trainjobs]},
-                "seconds": round(self.seconds, 3)}
+                "unreadableLogs": self.unreadable_logs, "seconds": round(self.seconds, 3)}
 
 
 # ----------------------------------------------------------------------------- reading the cluster
@@ -114,12 +128,17 @@ class Cluster:
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """GET path (JSON), None when the resource does not exist (404: CRD not installed)."""
+        data = self.read(path, params)
+        return None if data is None else dict(json.loads(data))
+
+    def read(self, path: str, params: dict[str, Any] | None = None, accept: str = "application/json") -> bytes | None:
+        """GET path: the body, None when the resource does not exist (404)."""
         from kubernetes.client.exceptions import ApiException  # slow to import: see __init__
         from urllib3.exceptions import HTTPError
 
         try:
             response = self.api.call_api(path, "GET", query_params=list((params or {}).items()),
-                                         header_params={"Accept": "application/json"},
+                                         header_params={"Accept": accept},
                                          auth_settings=["BearerToken"], _preload_content=False,
                                          _request_timeout=30)
         except ApiException as err:
@@ -132,7 +151,7 @@ class Cluster:
             host = self.api.configuration.host
             raise UserError(f"cannot reach the API server {host} of context '{self.context}': {err}".splitlines()[0],
                             "is the cluster running and the kube context right?") from None
-        return json.loads(response[0].data)
+        return bytes(response[0].data)
 
     def list(self, path: str, selector: str = "") -> list[dict[str, Any]] | None:
         """Every item of a list endpoint (with a label selector), paged; None when the endpoint does not exist."""
@@ -209,8 +228,9 @@ def why_blocked(pods: list[dict[str, Any]], now: datetime, unschedulable_after: 
 
 def collect(cluster: Cluster, namespace: str | None, platform_namespace: str = api.NAMESPACE,
             lock: lockmod.Lock | None = None, now: datetime | None = None,
-            unschedulable_after: int = UNSCHEDULABLE_AFTER_S) -> Status:
-    """Everything `trainstack status` shows. namespace None: TrainJobs of all namespaces."""
+            unschedulable_after: int = UNSCHEDULABLE_AFTER_S, runs: bool = False, tracking_url: str = "") -> Status:
+    """Everything `trainstack status` shows. namespace None: TrainJobs of all namespaces. RUNS: each TrainJob's
+    MLflow run too (find_runs), linked under TRACKING_URL."""
     start = time.monotonic()
     lock = lock or lockmod.load()
     now = now or datetime.now(UTC)
@@ -261,8 +281,68 @@ def collect(cluster: Cluster, namespace: str | None, platform_namespace: str = a
         for row in active:
             row.blocked = why_blocked(by_job.get((row.namespace, row.name), []), now, unschedulable_after)
     result.trainjobs.sort(key=lambda t: (t.namespace, STATES.index(t.state), -t.age_s, t.name))
+    if runs:
+        result.unreadable_logs = find_runs(cluster, namespace, result.trainjobs, tracking_url)
     result.seconds = time.monotonic() - start
     return result
+
+
+def run_of(log: str) -> dict[str, str]:
+    """The MLflow run a training script started, from its log: the last `{"event": "tracking", "ok": true,
+    "run_id": ..., "experiment_id": ...}` line (examples/trainstack_tracking.py prints it); {} when none."""
+    found: dict[str, str] = {}
+    for line in log.splitlines():
+        line = line.strip()
+        if not (line.startswith("{") and '"tracking"' in line):
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("event") == "tracking" and event.get("ok") and event.get("run_id"):
+            found = {"run_id": str(event["run_id"]), "experiment_id": str(event.get("experiment_id", ""))}
+    return found
+
+
+def run_link(tracking_url: str, run: dict[str, str]) -> str:
+    """The MLflow UI's page of RUN under TRACKING_URL ("" without a URL or a run)."""
+    if not tracking_url or not run.get("run_id") or not run.get("experiment_id"):
+        return ""
+    return f"{tracking_url.rstrip('/')}/#/experiments/{run['experiment_id']}/runs/{run['run_id']}"
+
+
+def find_runs(cluster: Cluster, namespace: str | None, rows: list[TrainJobRow], tracking_url: str = "") -> int:
+    """Fill in the MLflow run of ROWS (the RUNS_LIMIT newest) from the head of each one's rank-0 log, while its
+    pods exist; the number of logs that could not be read (no right to pods/log, or the pod went away)."""
+    wanted = {(t.namespace, t.name): t for t in sorted(rows, key=lambda t: t.age_s)[:RUNS_LIMIT]}
+    pods_path = f"/api/v1/namespaces/{namespace}/pods" if namespace else "/api/v1/pods"
+    newest: dict[tuple[str, str], dict[str, Any]] = {}
+    for pod in cluster.list(pods_path, selector=RANK0_SELECTOR) or []:
+        meta = pod["metadata"]
+        key = (meta.get("namespace", ""), (meta.get("labels") or {}).get(JOBSET_NAME, ""))
+        if key in wanted and meta.get("creationTimestamp", "") >= newest.get(key, {}).get(
+                "metadata", {}).get("creationTimestamp", ""):
+            newest[key] = pod
+    def head(key: tuple[str, str]) -> bytes | None:
+        try:
+            return cluster.read(f"/api/v1/namespaces/{key[0]}/pods/{newest[key]['metadata']['name']}/log",
+                                {"container": "node", "limitBytes": RUN_LOG_BYTES}, accept="*/*")  # text/plain: 406
+        except UserError:
+            return None
+
+    # side by side: a node that serves no logs (a simulated one) answers only after seconds
+    with ThreadPoolExecutor(max_workers=LOG_READERS) as pool:
+        logs = dict(zip(newest, pool.map(head, newest), strict=True))
+    unreadable = 0
+    for key, log in logs.items():
+        if log is None:
+            unreadable += 1
+            continue
+        run = run_of(log.decode(errors="replace"))
+        row = wanted[key]
+        row.run_id, row.experiment_id = run.get("run_id", ""), run.get("experiment_id", "")
+        row.run_link = run_link(tracking_url, run)
+    return unreadable
 
 
 # ----------------------------------------------------------------------------- output
@@ -304,11 +384,18 @@ def print_text(status: Status, all_namespaces: bool) -> None:
         rows = [t for t in rows if t.state not in ("Complete", "Failed")][:DETAIL_LIMIT]
         title = f"active TrainJobs (first {DETAIL_LIMIT}; -n NAMESPACE lists all of one namespace)"
     if rows:
-        progress.table(title, ["namespace", "trainjob", "state", "runtime", "age", "progress"],
+        with_runs = any(t.run_id for t in rows)
+        progress.table(title, ["namespace", "trainjob", "state", "runtime", "age", "progress",
+                               *(["MLflow run"] if with_runs else [])],
                        [(t.namespace, t.name, t.state, t.runtime, human_age(t.age_s),
                          "" if t.progress is None else f"{t.progress}%"
-                         + ("" if t.remaining_s is None else f" ({human_age(t.remaining_s)} left)"))
+                         + ("" if t.remaining_s is None else f" ({human_age(t.remaining_s)} left)"),
+                         *([t.run_link or (f"experiment {t.experiment_id}, run {t.run_id}" if t.run_id else "")]
+                           if with_runs else []))
                         for t in rows])
+    if status.unreadable_logs:
+        progress.stdout.print(f"{status.unreadable_logs} rank-0 logs could not be read for their MLflow run "
+                              "(no right to get pods/log, the pod is gone, or its node serves no logs: KWOK)", markup=False)
 
 
 def _cmd_status(args: argparse.Namespace) -> int:
@@ -318,7 +405,8 @@ def _cmd_status(args: argparse.Namespace) -> int:
     namespace = None if args.all_namespaces else args.namespace
     if namespace is None and not args.all_namespaces:
         namespace = _current_namespace(args.kubeconfig, cluster.context)
-    status = collect(cluster, namespace, args.platform_namespace, unschedulable_after=args.stuck_after)
+    status = collect(cluster, namespace, args.platform_namespace, unschedulable_after=args.stuck_after,
+                     runs=args.runs, tracking_url=args.tracking_url)
     if args.output == "json":
         print(json.dumps(status.as_json(), indent=2))
     else:
@@ -348,5 +436,10 @@ def register(sub) -> None:
     parser.add_argument("--stuck-after", type=int, default=UNSCHEDULABLE_AFTER_S, metavar="SECONDS",
                         help="flag a TrainJob whose pod has been unschedulable this long (default 300); pods whose "
                              "containers cannot start (no command, image pull errors) are flagged at once")
+    parser.add_argument("--runs", action="store_true",
+                        help=f"each TrainJob's MLflow run (the chart's tracking), read from the head of its rank-0 "
+                             f"log while its pods exist (the {RUNS_LIMIT} newest TrainJobs; needs get on pods/log)")
+    parser.add_argument("--tracking-url", default=os.environ.get("MLFLOW_TRACKING_URI", ""), metavar="URL",
+                        help="with --runs: link each run under this MLflow address (default: MLFLOW_TRACKING_URI)")
     parser.add_argument("--output", choices=["text", "json"], default="text")
     parser.set_defaults(func=_cmd_status)

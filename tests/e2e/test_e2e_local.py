@@ -71,6 +71,7 @@ REAL_NODE_STEPS = [
     "SDK fine-tune (TorchTune) on the GPU pool",
     "SDK JAX TrainJob trains across real nodes",
     "SDK XGBoost TrainJob trains across real nodes",
+    "JAX, XGBoost and restarted runs are in MLflow",
     "TrainJobs naming only a runtime Complete",
 ]
 
@@ -128,16 +129,33 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
     assert min(trained["link_bytes"]["real-1"].values()) >= trained["gradient_bytes"] > 0
     # its run is in MLflow (read back as its namespace's account through a forwarded port): named after the
     # TrainJob, FINISHED, the loss at every step, the checkpoint; another namespace's account is refused it
-    run = steps["its run is in MLflow, and only its team's"]["data"]
-    assert run["runs"] == 1 and run["status"] == "FINISHED", run
-    assert run["loss_steps"] == list(range(1, len(run["loss_steps"]) + 1)) and len(run["loss_steps"]) > 1, run
+    read = steps["its run is in MLflow, and only its team's"]["data"]
+    assert list(read["runs"]) == [trained["name"]] and len(read["runs"][trained["name"]]) == 1, read
+    run = read["run"]
+    assert run["status"] == "FINISHED", run
+    loss = run["histories"]["loss"]
+    assert loss == list(range(1, len(loss) + 1)) and len(loss) > 1, run
     assert run["metrics"]["final_loss"] < trained["loss_first"] and "checkpoint/checkpoint.pt" in run["artifacts"]
-    assert run["other_reads_run"] is False and "trainstack-e2e" not in run["other_sees"], run
+    assert read["other_reads_run"] is False and "trainstack-e2e" not in read["other_sees"], read
+    assert read["status_link"].endswith(f"/runs/{run['run_id']}"), read  # trainstack status --runs links it
     # JAX and XGBoost did the same: two pods on two real nodes, exit 0, on the images built here
     for framework in ("JAX", "XGBoost"):
         run = steps[f"SDK {framework} TrainJob trains across real nodes"]["data"]
         assert sorted(p["node"] for p in run["pods"]) == ["real-0", "real-1"], run["pods"]
         assert all(p["phase"] == "Succeeded" and p["exit_code"] == 0 for p in run["pods"]), run["pods"]
+    # their runs are in MLflow with each one's own metrics and model; the killed-worker TrainJob's attempt that
+    # lost its worker ended FAILED, the attempt that resumed FINISHED
+    runs = steps["JAX, XGBoost and restarted runs are in MLflow"]["data"]["runs"]
+    jax = runs[steps["SDK JAX TrainJob trains across real nodes"]["data"]["name"]]
+    xgb = runs[steps["SDK XGBoost TrainJob trains across real nodes"]["data"]["name"]]
+    assert [r["status"] for r in jax + xgb] == ["FINISHED", "FINISHED"], runs
+    assert jax[0]["metrics"]["final_loss"] < 1e-3 and "model/weights.npy" in jax[0]["artifacts"], jax
+    assert xgb[0]["metrics"]["test_accuracy"] > xgb[0]["metrics"]["baseline_accuracy"], xgb
+    assert "model/model.json" in xgb[0]["artifacts"], xgb
+    if steps["worker killed mid-run"]["data"]["state"] == "Complete":
+        killed = runs[steps["worker killed mid-run"]["data"]["name"]]
+        assert [r["status"] for r in killed][-1] == "FINISHED", killed
+        assert {r["status"] for r in killed[:-1]} == {"FAILED"}, killed
     # a TrainJob whose image was never built: still active, and trainstack status names the pull error
     stuck = steps["a TrainJob whose pods cannot start is flagged"]["data"]
     assert stuck["state"] in ("Pending", "Running") and stuck["reason"] in ("ErrImagePull", "ImagePullBackOff"), stuck

@@ -31,7 +31,8 @@ def train(tmp_path, extra_path: str = "") -> tuple[list[dict], float]:
     env.update(MLFLOW_TRACKING_URI=f"http://127.0.0.1:{closed_port()}", MLFLOW_EXPERIMENT_NAME="team-a",
                MLFLOW_RUN_NAME="job", MLFLOW_HTTP_REQUEST_MAX_RETRIES="2", MLFLOW_HTTP_REQUEST_TIMEOUT="10")
     # the lock's client appended after this interpreter's own packages (torch comes from here)
-    code = (f"import runpy, sys; sys.path.append({extra_path!r}) if {bool(extra_path)} else None; "
+    code = ("import runpy, sys; sys.path.insert(0, 'examples'); "  # trainstack_tracking.py, beside the script
+            f"sys.path.append({extra_path!r}) if {bool(extra_path)} else None; "
             "sys.argv = ['train_ddp.py', '--steps', '3', '--output-dir', sys.argv[1]]; "
             "runpy.run_path('examples/train_ddp.py', run_name='__main__')")
     started = time.monotonic()

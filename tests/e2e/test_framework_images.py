@@ -62,7 +62,8 @@ def test_framework_image_has_a_command_and_trains(builder, tmp_path, name, scrip
     assert builder.ensure(name).action == "up to date"
 
     root = export(builder, built.reference, tmp_path)
-    shutil.copy(ROOT / "examples" / script, root / "workspace" / script)
+    for file in (script, "trainstack_tracking.py"):  # the script and its tracking helper, as the SDK ships them
+        shutil.copy(ROOT / "examples" / file, root / "workspace" / file)
     result = run_in_image(root, f"python {script} {args}")
     assert result.returncode == 0, result.stderr[-2000:]
     done = [json.loads(ln) for ln in result.stdout.splitlines() if ln.startswith('{"event": "done"')]
@@ -94,7 +95,10 @@ def test_the_tracking_server_image_serves_mlflow_with_its_auth_app_and_postgres_
     config = json.loads(builder.crane_ok("config", built.reference))["config"]
     assert config["Cmd"] == ["python3", "-m", "mlflow"] and config["User"] == "1000:1000"
     root = export(builder, built.reference, tmp_path)
-    probe = ("import mlflow, mlflow.server.auth, psycopg2, flask_wtf; "
+    # create_engine loads the driver SQLAlchemy picks for a plain postgresql:// URI (docs/tracking.md's form;
+    # SQLAlchemy 2.1 picks psycopg 3), without connecting
+    probe = ("import mlflow, mlflow.server.auth, flask_wtf, sqlalchemy; "
+             "sqlalchemy.create_engine('postgresql://u:p@127.0.0.1/mlflow'); "
              "from mlflow.server import get_app_client; print(mlflow.__version__)")
     result = run_in_image(root, f'python -c "{probe}"')
     server = next(p for p in lock.get("tracking", "server") if p.startswith("mlflow[auth]=="))

@@ -54,7 +54,9 @@ def nowhere_kubeconfig(tmp_path) -> Path:
     ({"num_nodes": 0, "script": "print(1)"}, "run_trainjob: num_nodes must be at least 1, got 0"),
     ({"script": "print(1)", "command": ["true"]}, "run_trainjob: give exactly one of script"),
     ({}, "run_trainjob: give exactly one of script"),
-    ({"script": "print('$HOME')"}, "run_trainjob: script and script_args must not contain $"),
+    ({"script": "print('$HOME')"}, "run_trainjob: script, script_args and files must not contain $"),
+    ({"script": "print(1)", "files": {"helper.py": "X = '$HOME'"}}, "and files must not contain $"),
+    ({"script": "print(1)", "files": {"../helper.py": "X = 1"}}, "files: '../helper.py' is not a plain file name"),
     ({"script": "print(1)", "script_args": ["a\\b"]}, "must not contain \\"),
     ({"script": "print(1)", "timeout_seconds": 1}, "timeout_seconds must be at least 10"),
 ])

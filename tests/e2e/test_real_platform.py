@@ -4,7 +4,8 @@
 - the example pipeline's training step submits a TrainJob, waits, streams rank 0's log and reports
   a failure with its reason; it works as the pipeline ServiceAccount and is refused beyond it; the
   whole pipeline (data, training on two real pods, evaluation of the real checkpoint) runs with
-  kfp.local;
+  kfp.local, registers the checkpoint as a model version in MLflow's registry and evaluates the
+  model read back by that name and version;
 - then, after those TrainJobs called the admission webhooks, the controllers' real /metrics are
   scraped through the chart's metrics Services, the way Prometheus reaches them, with the chart's
   scraper token: every metric name the shipped alerts and dashboard use is served.
@@ -17,19 +18,24 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
+import postgres_support
+from clusters import PIPELINE_NS
 from pipeline_support import score, step_fails, tp, train_locally
-from trainstack import monitoring, tools
+from trainstack import helm, monitoring, tools
 from trainstack.e2e import base as basemod
 from trainstack.e2e import suite as suitemod
+from trainstack.e2e import tracking as trackingmod
 
 pytestmark = pytest.mark.e2e
 
 KUBECONFIG_ENV = "TRAINSTACK_PIPELINE_KUBECONFIG"
+MODEL = "trainstack-pipeline-ddp"  # the registered model the pipeline test makes a version of
 USES_CLUSTERS = ("real_platform",)  # `cluster` asks for it by name (tests/clusters.py keeps it up until done)
 
 
@@ -48,7 +54,10 @@ def cluster(request) -> dict:
     if kubectl is None:
         pytest.fail("kubectl is not installed: run 'make setup'")
     info = {"kubeconfig": str(Path(kubeconfig).resolve()), "kubectl": str(kubectl), "nodes": nodes,
-            "namespace": os.environ.get("TRAINSTACK_PIPELINE_NAMESPACE", "trainstack-pipeline")}
+            "namespace": os.environ.get("TRAINSTACK_PIPELINE_NAMESPACE", PIPELINE_NS),
+            "platform": None}
+    if not os.environ.get(KUBECONFIG_ENV) and info["namespace"] == PIPELINE_NS:
+        info["platform"] = request.getfixturevalue("real_platform")  # it tracks PIPELINE_NS: MLflow registers
     _kubectl(info, "create", "namespace", info["namespace"], check=False)
     return info
 
@@ -73,7 +82,8 @@ def _condition(trainjob: dict, kind: str) -> dict:
 
 def _step_inputs(cluster: dict, **inputs) -> dict:
     """On KWOK no container runs, so there is no log to stream and nothing is written to a volume."""
-    defaults = {"script": tp.TRAIN_SCRIPT.read_text(), "script_args": ["--steps", "20"], "timeout_seconds": 600}
+    defaults = {"script": tp.TRAIN_SCRIPT.read_text(), "script_args": ["--steps", "20"], "timeout_seconds": 600,
+                "files": {tp.TRACKING_HELPER.name: tp.TRACKING_HELPER.read_text()}}  # train_ddp.py imports it
     if cluster["nodes"] == "kwok":
         defaults.update(stream_logs=False, require_output_volume=False)
     return {**defaults, **inputs}
@@ -131,6 +141,22 @@ def test_an_unknown_runtime_is_one_line_naming_the_runtimes(cluster, tmp_path, c
     assert "torch-distributed" in message
 
 
+def _mlflow_post(uri: str, account: tuple[str, str], path: str, body: dict) -> int:
+    """POST to MLflow's REST API (through the forwarded loopback port) as ACCOUNT: the HTTP status."""
+    import base64
+    import urllib.error
+    import urllib.request
+
+    token = base64.b64encode(f"{account[0]}:{account[1]}".encode()).decode()
+    request = urllib.request.Request(f"{uri}/api/2.0/mlflow/{path}", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json", "Authorization": f"Basic {token}"})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as answer:
+            return answer.status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
 def _service_account_kubeconfig(cluster: dict, namespace: str, path: Path) -> Path:
     """A kubeconfig for the pipeline ServiceAccount: the cluster's server and CA, a fresh token."""
     config = yaml.safe_load(_kubectl(cluster, "config", "view", "--raw", "--minify", "--flatten").stdout)
@@ -161,6 +187,8 @@ def test_the_step_works_as_the_pipeline_service_account_and_nothing_more(cluster
                            ("create", "pods"), ("create", "trainingruntimes.trainer.kubeflow.org"),
                            ("get", "secrets"), ("create", "pods --subresource=exec")):
         assert not can(verb, *resource.split(), "-n", ns), (verb, resource)
+    # the namespace's MLflow credential (register_model), and no other Secret
+    assert can("get", "secret/trainstack-tracking", "-n", ns) and not can("get", "secret/other", "-n", ns)
     assert not can("patch", "clustertrainingruntimes.trainer.kubeflow.org")
     assert not can("create", "trainjobs.trainer.kubeflow.org", "-n", "default")
 
@@ -176,7 +204,24 @@ def test_the_pipeline_trains_on_real_pods_and_evaluates_the_real_checkpoint(clus
     ns = cluster["namespace"]
     _kubectl(cluster, "apply", "-f", "-", input_text=yaml.safe_dump_all(tp.rbac_manifests(ns)))
     kubeconfig = _service_account_kubeconfig(cluster, ns, tmp_path / "sa.kubeconfig")
-    result = tp.run_local(kubeconfig, ns, workdir=tmp_path / "run", steps=40, timeout_seconds=900)
+    platform = cluster["platform"]
+    if platform is None:  # a cluster of the user's: its tracking is unknown, the volume is read
+        result = tp.run_local(kubeconfig, ns, workdir=tmp_path / "run", steps=40, timeout_seconds=900)
+    else:  # the steps run here: they reach MLflow through a forwarded port, with the namespace's Secret
+        with trackingmod.forwarded(platform.kube, platform.lock) as uri:
+            result = tp.run_local(kubeconfig, ns, workdir=tmp_path / "run", steps=40, timeout_seconds=900,
+                                  model_name=MODEL, tracking_uri=uri)
+            version = str(int(result["metrics"]["model_version"]))
+            model = trackingmod.read_model_version(uri, MODEL, version, trackingmod.credential(platform.kube, ns),
+                                                   platform.lock)
+            # another namespace's account may not add a version to this namespace's model
+            refused = _mlflow_post(uri, trackingmod.credential(platform.kube, trackingmod.OTHER_NS),
+                                   "model-versions/create", {"name": MODEL, "source": model["source"]})
+        assert refused == 403, refused
+        # the version came from the TrainJob's own run (experiment: the namespace), and evaluate read it back
+        assert (model["status"], model["run_name"], model["run_status"]) == ("READY", result["trainjob"],
+                                                                              "FINISHED"), model
+        assert model["source"].endswith("/checkpoint") and model["tags"]["trainjob"] == result["trainjob"], model
     job = _trainjob(cluster, result["trainjob"])
     assert _condition(job, "Complete").get("status") == "True"
     assert result["metrics"]["checkpoint_step"] == 40 and result["metrics"]["world_size"] == 2, result
@@ -184,8 +229,58 @@ def test_the_pipeline_trains_on_real_pods_and_evaluates_the_real_checkpoint(clus
     [baseline] = score(kubeconfig, tmp_path / "baseline", train_locally(1, tmp_path / "one-step"))
     assert math.isfinite(result["final_loss"]) and result["final_loss"] < baseline["final_loss"], (result, baseline)
     print(json.dumps({"pipeline_seconds": result["seconds"], "final_loss": result["final_loss"]}))
+    if platform is not None:
+        _upgrade_keeps_the_runs(platform, ns, model)
 
 
+def _upgrade(platform, value: str) -> None:
+    """`helm upgrade` of the platform's release with its values and VALUE (--set), waiting for it."""
+    cmd = platform.helm_cmd("upgrade", basemod.RELEASE, *platform.install_args, "-n", basemod.NAMESPACE,
+                            "--reuse-values", "--set", value, "--wait", "--timeout", "180s",
+                            # controllers own fields of chart objects (webhook certificates): docs/upgrading.md
+                            "--force-conflicts")
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False,
+                            env={**os.environ, **helm.env(platform.lock)})
+    assert result.returncode == 0, (f"{helm.first_error_line(result.stderr or result.stdout)}; "
+                                    f"{json.dumps(_tracking_pods(platform))}")
+
+
+def _tracking_pods(platform) -> dict:
+    """Each tracking server pod's containers that are not ready: their state and last log lines."""
+    found = {}
+    for pod in platform.read("pods", basemod.NAMESPACE, label_selector="app.kubernetes.io/component=tracking"):
+        name = pod["metadata"]["name"]
+        st = pod.get("status") or {}
+        for c in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
+            if not c.get("ready") and "terminated" not in (c.get("state") or {}) or c.get("restartCount"):
+                log = platform.kube.kubectl("logs", name, "-n", basemod.NAMESPACE, "-c", c["name"], "--tail=6",
+                                            check=False)
+                found[f"{name}/{c['name']}"] = {"state": c.get("state"), "restarts": c.get("restartCount"),
+                                                "log": (log.stdout + log.stderr).strip().splitlines()[-6:]}
+    return found
+
+
+def _server_pod(platform) -> dict:
+    pods = platform.read("pods", basemod.NAMESPACE, label_selector="app.kubernetes.io/component=tracking")
+    assert len(pods) == 1, [p["metadata"]["name"] for p in pods]
+    return pods[0]
+
+
+def _upgrade_keeps_the_runs(platform, ns: str, model: dict) -> None:
+    """A `helm upgrade` that replaces the tracking server's pod (a changed value, Recreate) keeps every run and
+    model version: they live in the database and artifacts on the claim, which the new pod migrates and serves."""
+    before = _server_pod(platform)["metadata"]["uid"]
+    _upgrade(platform, "tracking.syncSeconds=31")
+    assert _server_pod(platform)["metadata"]["uid"] != before, "the upgrade did not replace the tracking server"
+    with trackingmod.forwarded(platform.kube, platform.lock) as uri:
+        again = trackingmod.read_model_version(uri, MODEL, model["version"], trackingmod.credential(platform.kube, ns),
+                                               platform.lock)
+        read = trackingmod.read_runs(uri, ns, [model["run_name"]], trackingmod.credential(platform.kube, ns),
+                                     trackingmod.credential(platform.kube, trackingmod.OTHER_NS), platform.lock)
+    assert again == model, (again, model)
+    [run] = read["runs"][model["run_name"]]
+    assert run["run_id"] == model["run_id"] and run["status"] == "FINISHED", run
+    assert run["histories"]["loss"] == list(range(1, 41)) and "checkpoint/checkpoint.pt" in run["artifacts"], run
 
 
 # ---- the controllers' real /metrics, scraped the way Prometheus does ---------------------------------
@@ -233,6 +328,49 @@ def test_the_controllers_metrics_services_serve_every_name_the_alerts_and_dashbo
         assert names["present"], f"{controller}: none of the names the rules use were served"
         assert not names["missing"], f"{controller} does not serve {names['missing']} (used by the rules/dashboard)"
     print(json.dumps({c: len(r["present"]) for c, r in report.items()}))
+
+
+# ---- the tracking server on your own PostgreSQL (tracking.existingDatabaseSecret) ---------------------
+
+def test_the_tracking_server_runs_on_your_postgresql(cluster, real_platform):
+    """Your database, as docs/tracking.md says: a Secret with the two URIs, named in values. The server's
+    `migrate` init container creates MLflow's tables there, the accounts sidecar makes the team's user in
+    the new accounts database with the password its Secret already holds, and a run logged as the team
+    lands in PostgreSQL's `runs` table. The database is PostgreSQL 15 from the lock's Debian pin, on the
+    real node's address (outside the cluster, as a team's database would be)."""
+    node = real_platform.provider.cluster.nodes[0]
+    ns = PIPELINE_NS
+    with postgres_support.running(node.sandbox.netns, node.ip, ("mlflow", "mlflow_auth")) as db:
+        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tracking-postgres",
+                                                                      "namespace": basemod.NAMESPACE},
+                  "stringData": {"backendStoreUri": db.uri("mlflow"), "authDatabaseUri": db.uri("mlflow_auth")}}
+        _kubectl(cluster, "apply", "-f", "-", input_text=json.dumps(secret))
+        try:
+            _upgrade(real_platform, "tracking.existingDatabaseSecret=tracking-postgres")
+            # the new pod migrated the database before it served
+            assert db.psql("mlflow", "select count(*) from alembic_version") == [["1"]]
+            own = trackingmod.credential(real_platform.kube, ns)
+            with trackingmod.forwarded(real_platform.kube, real_platform.lock) as uri:
+                deadline = time.monotonic() + 120  # the sidecar makes the user within its sync period
+                while True:
+                    try:
+                        run_id = trackingmod.log_run(uri, ns, "on-postgresql", own, real_platform.lock)
+                        break
+                    except trackingmod.TrackingFailure:
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(5)
+                read = trackingmod.read_runs(uri, ns, ["on-postgresql"], own,
+                                             trackingmod.credential(real_platform.kube, trackingmod.OTHER_NS),
+                                             real_platform.lock)
+            [run] = read["runs"]["on-postgresql"]
+            assert run["run_id"] == run_id and run["status"] == "FINISHED" and run["histories"]["loss"] == [1, 2, 3]
+            assert read["other_reads_run"] is False, read
+            assert db.psql("mlflow", f"select status from runs where run_uuid = '{run_id}'") == [["FINISHED"]]
+            assert [ns] in db.psql("mlflow_auth", "select username from users")
+        finally:  # back to the SQLite file on the claim before the database goes away
+            _upgrade(real_platform, "tracking.existingDatabaseSecret=")
+            _kubectl(cluster, "delete", "secret", "tracking-postgres", "-n", basemod.NAMESPACE, check=False)
 
 
 def teardown_module() -> None:

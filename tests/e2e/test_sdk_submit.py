@@ -60,6 +60,7 @@ def test_flags_reach_the_trainjob():
     assert command[:2] == ["bash", "-c"] and 'torchrun "sdk_submit.py"' in command[2]
     assert "'argv': ['--steps', '7']" in command[2]
     assert "def build_model(features: int, hidden: int) -> nn.Module:" in command[2]  # train_ddp.py travels
+    assert "'helpers': {'trainstack_tracking.py': " in command[2] and "class Tracker:" in command[2]  # and its helper
 
 
 def test_gpu_flag_asks_for_nvidia_gpus():

@@ -88,8 +88,12 @@ def test_the_pipeline_is_data_then_training_then_evaluation(ir):
     # evaluation reads what training output: the TrainJob and its output volume, plus the dataset
     params = tasks["evaluate"]["inputs"]["parameters"]
     for name, key in (("trainjob", "trainjob"), ("output_claim", "output_claim"),
-                      ("output_mount_path", "output_mount_path")):
+                      ("output_mount_path", "output_mount_path"), ("model_version", "model_version")):
         assert params[name]["taskOutputParameter"] == {"producerTask": TRAIN_STEP, "outputParameterKey": key}
+    # the model's name and the tracking server are the pipeline's: training registers there, evaluate reads back
+    train = tasks[TRAIN_STEP]["inputs"]["parameters"]
+    assert train["register_model"] == params["model_name"] == {"componentInputParameter": "model_name"}
+    assert train["tracking_uri"] == params["tracking_uri"] == {"componentInputParameter": "tracking_uri"}
     assert tasks["evaluate"]["inputs"]["artifacts"]["dataset"]["taskOutputArtifact"] == {
         "producerTask": "make-dataset", "outputArtifactKey": "dataset"}
     # the pipeline's result is the evaluation's metrics
@@ -114,20 +118,23 @@ def test_the_training_step_component_interface(ir):
     types = {name: spec["parameterType"] for name, spec in inputs.items()}
     assert types == {
         "namespace": "STRING", "runtime": "STRING", "num_nodes": "NUMBER_INTEGER", "resources_per_node": "STRUCT",
-        "script": "STRING", "script_args": "LIST", "command": "LIST", "image": "STRING", "queue": "STRING",
-        "env": "STRUCT", "timeout_seconds": "NUMBER_INTEGER", "stream_logs": "BOOLEAN",
-        "require_output_volume": "BOOLEAN"}
+        "script": "STRING", "script_args": "LIST", "files": "STRUCT", "command": "LIST", "image": "STRING",
+        "queue": "STRING", "env": "STRUCT", "timeout_seconds": "NUMBER_INTEGER", "stream_logs": "BOOLEAN",
+        "require_output_volume": "BOOLEAN", "register_model": "STRING", "tracking_uri": "STRING"}
     assert [n for n, spec in inputs.items() if not spec.get("isOptional")] == ["namespace"]
     assert all(spec.get("description") for spec in inputs.values()), "every input is documented in the IR"
     outputs = component["outputDefinitions"]["parameters"]
     assert {n: s["parameterType"] for n, s in outputs.items()} == {
-        "trainjob": "STRING", "output_claim": "STRING", "output_mount_path": "STRING"}
+        "trainjob": "STRING", "output_claim": "STRING", "output_mount_path": "STRING", "model_version": "STRING"}
 
 
 def test_train_ddp_travels_unchanged_with_its_arguments(ir):
     script = (ROOT / "examples" / "train_ddp.py").read_text()
     for task in _tasks(ir).values():
         assert task["inputs"]["parameters"]["script"]["runtimeValue"]["constant"] == script
+    helper = (ROOT / "examples" / "trainstack_tracking.py").read_text()  # train_ddp.py's MLflow run, beside it
+    files = _tasks(ir)[TRAIN_STEP]["inputs"]["parameters"]["files"]["runtimeValue"]["constant"]
+    assert files == {"trainstack_tracking.py": helper}
     args = _tasks(ir)[TRAIN_STEP]["inputs"]["parameters"]["script_args"]["runtimeValue"]["constant"]
     assert args == ["--steps", "{{$.inputs.parameters['pipelinechannel--steps']}}",
                     "--seed", "{{$.inputs.parameters['pipelinechannel--seed']}}",

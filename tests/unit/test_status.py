@@ -124,3 +124,57 @@ def test_status_flags_only_active_trainjobs_whose_pods_cannot_start(lock):
                        "done": ""}
     assert ("/api/v1/namespaces/team-a/pods", status.JOBSET_NAME) in cluster.selectors
     assert result.as_json()["trainjobs"]["items"][0]["blocked"].startswith("nocmd-node-0-0-abcde")
+
+
+RUN_LINE = '{"event": "tracking", "experiment_id": "7", "ok": true, "run_id": "abc123", "uri": "http://mlflow"}'
+
+
+def test_the_run_is_the_last_tracking_line_that_started_one():
+    lines = ["W1203 torchrun warning", '{"event": "rendezvous", "rank": 0}', RUN_LINE,
+             '{"event": "tracking", "ok": false, "error": "MlflowException: refused"}', "{not json"]
+    log = "\n".join(lines)
+    assert status.run_of(log) == {"run_id": "abc123", "experiment_id": "7"}
+    assert status.run_of('{"event": "tracking", "ok": false, "error": "no mlflow"}') == {}
+    assert status.run_link("http://127.0.0.1:5000/", status.run_of(RUN_LINE)) == \
+        "http://127.0.0.1:5000/#/experiments/7/runs/abc123"
+    assert status.run_link("", status.run_of(RUN_LINE)) == ""
+
+
+class LogCluster(FakeCluster):
+    """FakeCluster with pod logs (`read`); a log of None is a pod whose log cannot be read."""
+
+    def __init__(self, trainjobs, pods, logs):
+        super().__init__(trainjobs, pods)
+        self.logs, self.reads = logs, []
+
+    def read(self, path, params=None, accept="application/json"):
+        self.reads.append((path, params))
+        text = self.logs[path.split("/")[-2]]
+        if text is None:
+            raise status.UserError("the API server refused GET: 403 Forbidden")
+        return text.encode()
+
+
+def test_runs_come_from_the_newest_rank0_pod_of_each_trainjob(lock):
+    now = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    created = {"creationTimestamp": "2026-12-01T11:00:00Z", "namespace": "team-a"}
+    jobs = [{"metadata": {"name": name, **created}, **tj([("Complete", "True")])} for name in ("a", "b", "c")]
+
+    def rank0(name, job, created_at):
+        p = pod(name, phase="Succeeded")
+        p["metadata"].update(namespace="team-a", creationTimestamp=created_at)
+        p["metadata"]["labels"] = {status.JOBSET_NAME: job, status.RANK0_SELECTOR: ""}
+        return p
+
+    pods = [rank0("a-node-0-0-old", "a", "2026-12-01T11:00:00Z"), rank0("a-node-0-0-new", "a", "2026-12-01T11:05:00Z"),
+            rank0("b-node-0-0-x", "b", "2026-12-01T11:00:00Z")]  # c: its pods are gone
+    logs = {"a-node-0-0-old": RUN_LINE.replace("abc123", "failed-attempt"), "a-node-0-0-new": RUN_LINE,
+            "b-node-0-0-x": None}
+    cluster = LogCluster(jobs, pods, logs)
+    result = status.collect(cluster, "team-a", lock=lock, now=now, runs=True, tracking_url="http://mlflow:5000")
+    rows = {t.name: t for t in result.trainjobs}
+    assert (rows["a"].run_id, rows["a"].experiment_id) == ("abc123", "7")  # the attempt that ran last
+    assert rows["a"].run_link == "http://mlflow:5000/#/experiments/7/runs/abc123"
+    assert rows["b"].run_id == rows["c"].run_id == "" and result.unreadable_logs == 1
+    assert cluster.reads[0][1] == {"container": "node", "limitBytes": status.RUN_LOG_BYTES}
+    assert result.as_json()["trainjobs"]["items"][0]["run_link"].endswith("/runs/abc123")

@@ -12,9 +12,9 @@ from trainstack.e2e.base import SMOKE_NS
 from trainstack.e2e.providers import local as localprov
 
 STEPS = 3
-GOOD = {"runs": 1, "status": "FINISHED", "loss_steps": [1, 2, 3], "params": {"steps": "3", "world_size": "2"},
-        "metrics": {"final_loss": 0.1, "loss": 0.1}, "artifacts": ["checkpoint/checkpoint.pt"],
-        "other_reads_run": False, "other_sees": [tracking.OTHER_NS]}
+GOOD = {"run_id": "r1", "status": "FINISHED", "histories": {"loss": [1, 2, 3], "final_loss": [0]},
+        "params": {"steps": "3", "world_size": "2"}, "metrics": {"final_loss": 0.1, "loss": 0.1, "train_s": 1.0},
+        "artifacts": ["checkpoint/checkpoint.pt"]}
 
 
 def test_the_server_image_installs_the_locks_server_pins_under_mlflows_own_name(lock):
@@ -57,19 +57,48 @@ def test_a_kwok_only_cluster_never_runs_the_server(tmp_path):
 
 
 def test_a_complete_run_has_no_problems():
-    assert tracking.run_problems(GOOD, "job", STEPS) == []
+    assert tracking.run_problems([GOOD], "job", "torch", STEPS) == []
 
 
-@pytest.mark.parametrize(("change", "phrase"), [
-    ({"runs": 0}, "0 runs named job"),
-    ({"status": "FAILED"}, "status FAILED"),
-    ({"loss_steps": [1, 3]}, "loss logged at 2 steps, not at each of 3"),
-    ({"params": {"steps": "3"}}, "parameters"),
-    ({"metrics": {"loss": 1.0}}, "no final_loss"),
-    ({"artifacts": []}, "no checkpoint artifact"),
-    ({"other_reads_run": True}, "reads the run"),
-    ({"other_sees": [SMOKE_NS]}, f"lists experiment {SMOKE_NS}"),
+@pytest.mark.parametrize(("runs", "phrase"), [
+    ([], "0 runs named job"),
+    ([GOOD, GOOD], "2 runs named job"),
+    ([{**GOOD, "status": "FAILED"}], "status FAILED"),
+    ([{**GOOD, "histories": {"loss": [1, 3]}}], "loss logged at 2 steps, not at each of 3"),
+    ([{**GOOD, "params": {"steps": "3"}}], "parameters"),
+    ([{**GOOD, "metrics": {"loss": 1.0, "train_s": 1.0}}], "no final_loss among"),
+    ([{**GOOD, "artifacts": []}], "no checkpoint/checkpoint.pt artifact"),
 ])
-def test_each_missing_piece_of_a_run_is_named(change, phrase):
-    problems = tracking.run_problems({**GOOD, **change}, "job", STEPS)
+def test_each_missing_piece_of_a_run_is_named(runs, phrase):
+    problems = tracking.run_problems(runs, "job", "torch", STEPS)
     assert len(problems) == 1 and phrase in problems[0], problems
+
+
+def test_each_example_is_held_to_its_own_metrics_and_model():
+    xgboost = {**GOOD, "histories": {"train_logloss": [1, 2, 3]}, "params": {"rounds": "3", "world_size": "2"},
+               "metrics": {"test_accuracy": 0.9, "test_logloss": 0.3}, "artifacts": ["model/model.json"]}
+    assert tracking.run_problems([xgboost], "job", "xgboost", STEPS) == []
+    problems = tracking.run_problems([xgboost], "job", "jax", STEPS)  # a JAX run logs loss and its weights
+    assert [p.split(" ")[0] for p in problems] == ["loss", "parameters", "no", "no"], problems
+
+
+@pytest.mark.parametrize(("statuses", "good"), [
+    (["FAILED", "FINISHED"], True),
+    (["FAILED", "FAILED", "FINISHED"], True),
+    (["FINISHED"], False),  # the killed attempt left no run
+    (["RUNNING", "FINISHED"], False),  # its rank 0 never ended it
+    (["FAILED", "FAILED"], False),
+])
+def test_a_restarted_job_has_a_failed_run_per_failed_attempt(statuses, good):
+    problems = tracking.attempt_problems([{**GOOD, "status": s} for s in statuses], "job")
+    assert (problems == []) is good, problems
+
+
+@pytest.mark.parametrize(("read", "good"), [
+    ({"runs": {}}, True),
+    ({"other_reads_run": False, "other_sees": [tracking.OTHER_NS]}, True),
+    ({"other_reads_run": True, "other_sees": [tracking.OTHER_NS]}, False),
+    ({"other_reads_run": False, "other_sees": [SMOKE_NS, tracking.OTHER_NS]}, False),
+])
+def test_another_namespace_reading_a_run_or_listing_the_experiment_is_named(read, good):
+    assert (tracking.isolation_problems(read) == []) is good

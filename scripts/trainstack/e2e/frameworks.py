@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from .. import images, paths
+from . import tracking as trackingmod
 from .base import GROUP, RELEASE, SMOKE_NS, VERSION, Outcome, StepFn
 from .realnode import (
     NODES,
@@ -49,6 +50,12 @@ FRAMEWORKS = {
     "xgboost": Framework("xgboost", "xgboost-distributed", "train_xgboost.py", "xgboost-cpu",
                          ["--rounds", "30", "--seed", "0"]),
 }
+
+
+def steps_of(fw: Framework) -> int:
+    """How many steps (JAX) or rounds (XGBoost) FW's TrainJob trains: its --steps or --rounds argument."""
+    flag = next(a for a in fw.args if a in ("--steps", "--rounds"))
+    return int(fw.args[fw.args.index(flag) + 1])
 
 
 def _one(found: list[dict[str, Any]], kind: str, name: str, rank: int) -> dict[str, Any]:
@@ -138,7 +145,26 @@ class FrameworkSteps(RealNodeSteps):
         return [*super().real_node_steps(),
                 ("SDK JAX TrainJob trains across real nodes", lambda: self.sdk_framework("jax")),
                 ("SDK XGBoost TrainJob trains across real nodes", lambda: self.sdk_framework("xgboost")),
+                *([("JAX, XGBoost and restarted runs are in MLflow", self.tracked_runs)]
+                  if getattr(self.provider, "tracking", False) else []),
                 ("TrainJobs naming only a runtime Complete", self.runtime_only)]
+
+    def tracked_runs(self) -> Outcome:
+        """The JAX and XGBoost TrainJobs' runs, each with its own metrics and model; the killed-worker TrainJob's
+        runs: FAILED for the attempt whose worker was killed, FINISHED for the one that resumed."""
+        finished = {r["name"]: (fw, steps_of(FRAMEWORKS[fw])) for fw, r in getattr(self, "framework_runs", {}).items()}
+        killed = getattr(self, "killed", None)
+        restarted = (killed["name"],) if killed and killed["state"] == "Complete" else ()
+        if not finished and not restarted:
+            return Outcome("skipped: no JAX, XGBoost or restarted TrainJob ran", {})
+        read = trackingmod.check_runs(self.kube, self.lock, finished, restarted)
+        said = []
+        for name, (kind, _) in finished.items():
+            run, metric = read["runs"][name][0], trackingmod.EXPECTED[kind].history
+            said.append(f"{name}: {run['status']}, {metric} at {len(run['histories'][metric])} steps, "
+                        f"{', '.join(run['artifacts'])}")
+        said += [f"{name}: {' then '.join(r['status'] for r in read['runs'][name])}" for name in restarted]
+        return Outcome("; ".join(said), read)
 
     def runtime_only(self) -> Outcome | str:
         """A TrainJob with nothing but runtimeRef on each CPU runtime whose image is built here: the

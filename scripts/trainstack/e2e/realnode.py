@@ -24,6 +24,7 @@ from typing import Any
 import yaml
 
 from .. import images, kubeapi, paths
+from .. import status as statusmod
 from ..errors import UserError
 from . import tracking as trackingmod
 from .base import GROUP, RELEASE, SMOKE_NS, VERSION, Outcome, StepFn, SuiteFailure
@@ -378,6 +379,9 @@ class RealNodeSteps(SuiteState):
     """The Suite's steps that need the real node (mixed into Suite: uses its kube, provider, rendered,
     lock, read and wait_trainjobs)."""
 
+    trained: dict[str, Any]  # the SDK TrainJob's result (train_with_sdk)
+    killed: dict[str, Any]  # the killed-worker TrainJob's result (worker_killed)
+
     def real_node_steps(self) -> list[tuple[str, StepFn]]:
         return [
             ("SDK TrainJob trains across real nodes", self.sdk_training),
@@ -426,12 +430,14 @@ class RealNodeSteps(SuiteState):
         return (f"BuiltinTrainer(TorchTuneConfig) on {runtime} -> {name} Complete (simulated on the KWOK GPU pool); "
                 f"steps: {', '.join(jobs)}")
 
-    def worker_killed(self) -> str:
+    def worker_killed(self) -> Outcome:
         r = worker_killed(self.kube, self.provider.kubeconfig, timeout=self.provider.job_timeout)
+        self.killed = r
         if r["state"] == "Complete":
-            return (f"killed {r['killed']}: the job's pods restarted, resumed from the step-{r['resumed_from']} "
-                    f"checkpoint and ended Complete {r['seconds_to_end']}s later")
-        return f"killed {r['killed']}: TrainJob {r['name']} ended Failed {r['seconds_to_end']}s later ({r['message'][:160]})"
+            return Outcome(f"killed {r['killed']}: the job's pods restarted, resumed from the step-{r['resumed_from']} "
+                           f"checkpoint and ended Complete {r['seconds_to_end']}s later", r)
+        return Outcome(f"killed {r['killed']}: TrainJob {r['name']} ended Failed {r['seconds_to_end']}s later "
+                       f"({r['message'][:160]})", r)
 
     def sdk_training(self) -> Outcome:
         self.trained = train_with_sdk(self.kube, self.provider.kubeconfig, self.provider.cluster.nodes,
@@ -445,11 +451,22 @@ class RealNodeSteps(SuiteState):
                        + (f"; {crossed} (gradients {r['gradient_bytes'] / 1e6:.1f} MB)" if crossed else ""), r)
 
     def tracked_run(self) -> Outcome:
-        r = trackingmod.check_run(self.kube, self.lock, self.trained["name"], STEPS)
-        return Outcome(f"run {r['run_id'][:12]} ({self.trained['name']}) in experiment {SMOKE_NS}: {r['status']}, "
-                       f"{len(r['params'])} params, loss at {len(r['loss_steps'])} steps, final_loss "
+        name = self.trained["name"]
+        read = trackingmod.check_runs(self.kube, self.lock, {name: ("torch", STEPS)})
+        r = read["runs"][name][0]
+        # `trainstack status --runs` finds the same run in rank 0's log, and links it into MLflow's UI
+        found = statusmod.collect(statusmod.Cluster(str(self.provider.kubeconfig)), SMOKE_NS, runs=True,
+                                  tracking_url=trackingmod.UI_EXAMPLE, lock=self.lock)
+        row = next((t for t in found.trainjobs if t.name == name), None)
+        if row is None or row.run_id != r["run_id"]:
+            raise RealNodeFailure(f"trainstack status --runs shows run {row.run_id if row else '(no row)'!r} for "
+                                  f"TrainJob {name}, MLflow has {r['run_id']}")
+        read["status_link"] = row.run_link
+        return Outcome(f"run {r['run_id'][:12]} ({name}) in experiment {SMOKE_NS}: {r['status']}, "
+                       f"{len(r['params'])} params, loss at {len(r['histories']['loss'])} steps, final_loss "
                        f"{r['metrics']['final_loss']:.4f}, artifacts {', '.join(r['artifacts'])}; "
-                       f"{trackingmod.OTHER_NS}'s account refused ({r.get('other_refusal', '')[:60]})", r)
+                       f"{trackingmod.OTHER_NS}'s account refused ({read.get('other_refusal', '')[:60]})",
+                       {**read, "run": r})
 
     def checkpoint_kept(self) -> Outcome:
         r = checkpoint_outlives_pods(self.kube, self.trained["name"], images.reference("torch-cpu", self.lock))

@@ -24,7 +24,6 @@ from typing import Any
 from .. import helm, kubeapi, paths, proc, progress, publish, tools
 from .. import lock as lockmod
 from ..errors import UserError
-from . import tracking as trackingmod
 from .base import (
     GROUP,
     NAMESPACE,
@@ -216,8 +215,8 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
             "180s",
         )
         # the chart puts the cache initializer's ServiceAccount, or the tracking accounts' Roles, there
-        for namespace in ([SMOKE_NS] if self.data_cache else []) + (
-                [SMOKE_NS, trackingmod.OTHER_NS] if getattr(self.provider, "tracking", False) else []):
+        for namespace in dict.fromkeys(([SMOKE_NS] if self.data_cache else [])
+                                       + list(getattr(self.provider, "tracking_namespaces", []))):
             self.kube.kubectl("create", "namespace", namespace, check=False)
         log_path = self.run_dir / "helm-install.log"
         with log_path.open("w") as sink:

@@ -1,13 +1,14 @@
 """Experiment tracking on the local cluster (the chart's `tracking`, docs/tracking.md): what the e2e turns
-on, and the check that a TrainJob's run is in MLflow.
+on, and the checks that the TrainJobs' runs are in MLflow.
 
 `trainstack e2e` on real nodes installs the chart with tracking on for its smoke namespace and for a
-second namespace (OTHER_NS) whose account must not see the first's runs. After the SDK TrainJob, the
-check forwards a loopback port to the tracking Service (`kubectl port-forward`: the host never connects
-to a pod or service address) and reads the run back with MLflow's client (the lock's
-`tracking.client`, in a virtual environment under the trainstack cache), as the smoke namespace's
-account: the run named after the TrainJob, FINISHED, its parameters, the loss at every step, the final
-metrics and the checkpoint artifact. Then, as OTHER_NS's account: the run is refused and the smoke
+second namespace (OTHER_NS) whose account must not see the first's runs. `check_runs` forwards a loopback
+port to the tracking Service (`kubectl port-forward`: the host never connects to a pod or service
+address) and reads runs back with MLflow's client (the lock's `tracking.client`, in a virtual environment
+under the trainstack cache), as the smoke namespace's account: for each example TrainJob (torch, JAX,
+XGBoost) one run named after it, FINISHED, its parameters, its metric at every step, its final metrics and
+its model's artifact (EXPECTED); for a TrainJob restarted after a killed worker, a FAILED run per failed
+attempt and a FINISHED one at last. Then, as OTHER_NS's account: a run is refused and the smoke
 namespace's experiment is not listed.
 """
 
@@ -21,6 +22,7 @@ import select
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from .. import kubeapi, proc, tools, trainenv
@@ -30,12 +32,18 @@ from .base import NAMESPACE, SMOKE_NS
 
 SERVICE = "trainstack-tracking"
 SECRET = "trainstack-tracking"  # in each tracked namespace: username, password
+UI_EXAMPLE = "http://127.0.0.1:5000"  # `kubectl port-forward svc/trainstack-tracking 5000` (docs/tracking.md)
 OTHER_NS = "trainstack-e2e-other"  # a second tracked namespace: its account must not read SMOKE_NS's runs
 
 
-def values(port: int = 5000) -> dict[str, Any]:
-    """The chart values that turn tracking on for the e2e's namespaces (both exist before the install)."""
-    return {"tracking": {"enabled": True, "namespaces": [SMOKE_NS, OTHER_NS], "port": port}}
+def namespaces(extra: tuple[str, ...] = ()) -> list[str]:
+    """The namespaces the e2e tracks: its smoke namespace, OTHER_NS and EXTRA (each exists before the install)."""
+    return list(dict.fromkeys([SMOKE_NS, OTHER_NS, *extra]))
+
+
+def values(port: int = 5000, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The chart values that turn tracking on for the e2e's namespaces (`namespaces(EXTRA)`)."""
+    return {"tracking": {"enabled": True, "namespaces": namespaces(extra), "port": port}}
 
 
 class TrackingFailure(UserError):
@@ -83,26 +91,36 @@ def forwarded(kube: Any, lock: lockmod.Lock, port: int = 5000, timeout: float = 
         process.wait()
 
 
-# Runs in the client's virtual environment: reads one run as its namespace's account, then tries it as the other.
+# Runs in the client's virtual environment: reads the runs of each name as its namespace's account, then tries the
+# first one found as the other account.
 READER = r"""
 import json, os, sys
 import mlflow
 from mlflow.exceptions import MlflowException
-uri, experiment, run_name = sys.argv[1:4]
-out = {}
+uri, experiment, names = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 client = mlflow.MlflowClient(uri)
 found = client.get_experiment_by_name(experiment)
-runs = client.search_runs([found.experiment_id], filter_string=f"attributes.run_name = '{run_name}'") if found else []
-out["runs"] = len(runs)
-if runs:
-    run = runs[0]
-    out.update(run_id=run.info.run_id, status=run.info.status, params=run.data.params, metrics=run.data.metrics,
-               loss_steps=[m.step for m in client.get_metric_history(run.info.run_id, "loss")],
-               artifacts=[a.path for a in client.list_artifacts(run.info.run_id, "checkpoint")])
+
+def artifacts(run_id, path=None):
+    out = []
+    for item in client.list_artifacts(run_id, path):
+        out.extend(artifacts(run_id, item.path) if item.is_dir else [item.path])
+    return out
+
+out = {"runs": {}}
+for name in names:
+    runs = client.search_runs([found.experiment_id], filter_string=f"attributes.run_name = '{name}'",
+                              order_by=["attributes.start_time ASC"]) if found else []
+    out["runs"][name] = [{"run_id": r.info.run_id, "status": r.info.status, "params": r.data.params,
+                          "metrics": r.data.metrics, "artifacts": artifacts(r.info.run_id),
+                          "histories": {k: [m.step for m in client.get_metric_history(r.info.run_id, k)]
+                                        for k in r.data.metrics}} for r in runs]
+first = next((runs[0] for runs in out["runs"].values() if runs), None)
+if first:
     os.environ["MLFLOW_TRACKING_USERNAME"], os.environ["MLFLOW_TRACKING_PASSWORD"] = sys.argv[4:6]
     other = mlflow.MlflowClient(uri)
     try:
-        other.get_run(run.info.run_id)
+        other.get_run(first["run_id"])
         out["other_reads_run"] = True
     except MlflowException as err:
         out["other_reads_run"] = False
@@ -112,45 +130,130 @@ print(json.dumps(out))
 """
 
 
-def read_run(uri: str, experiment: str, run_name: str, own: tuple[str, str], other: tuple[str, str],
-             lock: lockmod.Lock) -> dict[str, Any]:
-    """What MLflow holds of RUN_NAME in EXPERIMENT (as OWN), and whether OTHER reads it."""
+@dataclass(frozen=True)
+class Expected:
+    """What an example script logs (examples/trainstack_tracking.py): a metric at every step, the parameter that
+    says how many steps, its final metrics and its model's artifact."""
+    history: str
+    steps_param: str
+    final: tuple[str, ...]
+    artifact: str
+
+
+EXPECTED = {
+    "torch": Expected("loss", "steps", ("final_loss", "train_s"), "checkpoint/checkpoint.pt"),
+    "jax": Expected("loss", "steps", ("final_loss", "weight_error"), "model/weights.npy"),
+    "xgboost": Expected("train_logloss", "rounds", ("test_accuracy", "test_logloss"), "model/model.json"),
+}
+
+
+def _client(script: str, args: list[str], own: tuple[str, str], lock: lockmod.Lock, what: str) -> dict[str, Any]:
+    """Run SCRIPT (it prints one JSON line) in the MLflow client's virtual environment as OWN's account."""
     python = trainenv.package_venv("mlflow-client", [str(p) for p in lock.get("tracking", "client")])
     env = {"MLFLOW_TRACKING_USERNAME": own[0], "MLFLOW_TRACKING_PASSWORD": own[1],
            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "PYTHONWARNINGS": "ignore"}
-    result = proc.run([str(python), "-c", READER, uri, experiment, run_name, *other], check=False, timeout=120,
-                      env={**os.environ, **env}, what="MLflow client")
+    result = proc.run([str(python), "-c", script, *args], check=False, timeout=120, env={**os.environ, **env},
+                      what="MLflow client")
     if result.returncode != 0:
-        raise TrackingFailure(f"reading run {run_name} from MLflow failed: {result.stderr.strip()[-300:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+        raise TrackingFailure(f"reading {what} from MLflow failed: {result.stderr.strip()[-300:]}")
+    return dict(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
-def run_problems(run: dict[str, Any], trainjob: str, steps: int) -> list[str]:
-    """What the run read back (read_run's result) lacks, one phrase each; [] when it is all there."""
-    if run.get("runs") != 1:
-        return [f"{run.get('runs')} runs named {trainjob} in experiment {SMOKE_NS}, not 1"]
+def read_runs(uri: str, experiment: str, names: list[str], own: tuple[str, str], other: tuple[str, str],
+              lock: lockmod.Lock) -> dict[str, Any]:
+    """What MLflow holds of the runs named NAMES in EXPERIMENT (as OWN, oldest first), and whether OTHER reads
+    the first of them."""
+    return _client(READER, [uri, experiment, json.dumps(names), *other], own, lock, f"runs {', '.join(names)}")
+
+
+WRITER = r"""
+import json, sys
+import mlflow
+uri, experiment, run_name = sys.argv[1:4]
+mlflow.set_tracking_uri(uri)
+mlflow.set_experiment(experiment)
+with mlflow.start_run(run_name=run_name) as run:
+    mlflow.log_param("steps", 3)
+    for step in (1, 2, 3):
+        mlflow.log_metric("loss", 1.0 / step, step=step)
+print(json.dumps({"run_id": run.info.run_id}))
+"""
+
+
+def log_run(uri: str, experiment: str, run_name: str, own: tuple[str, str], lock: lockmod.Lock) -> str:
+    """Log a small run (a parameter, the loss at 3 steps) named RUN_NAME in EXPERIMENT as OWN: its ID."""
+    return str(_client(WRITER, [uri, experiment, run_name], own, lock, f"run {run_name} (logging it)")["run_id"])
+
+
+MODEL_READER = r"""
+import json, sys
+import mlflow
+uri, name, version = sys.argv[1:4]
+client = mlflow.MlflowClient(uri)
+found = client.get_model_version(name, version)
+run = client.get_run(found.run_id)
+print(json.dumps({"name": found.name, "version": found.version, "status": found.status, "source": found.source,
+                  "run_id": found.run_id, "run_name": run.info.run_name, "run_status": run.info.status,
+                  "experiment_id": run.info.experiment_id, "tags": found.tags}))
+"""
+
+
+def read_model_version(uri: str, name: str, version: str, own: tuple[str, str], lock: lockmod.Lock) -> dict[str, Any]:
+    """Registered model NAME's VERSION as OWN reads it: its status, source, tags and the run it came from."""
+    return _client(MODEL_READER, [uri, name, version], own, lock, f"model {name} version {version}")
+
+
+def run_problems(runs: list[dict[str, Any]], name: str, kind: str, steps: int) -> list[str]:
+    """What the one run named NAME of a KIND example (EXPECTED) that ran STEPS steps lacks, a phrase each."""
+    if len(runs) != 1:
+        return [f"{len(runs)} runs named {name}, not 1"]
+    run, want = runs[0], EXPECTED[kind]
     problems = []
     if run["status"] != "FINISHED":
         problems.append(f"status {run['status']}")
-    if run["loss_steps"] != list(range(1, steps + 1)):
-        problems.append(f"loss logged at {len(run['loss_steps'])} steps, not at each of {steps}")
-    if run["params"].get("steps") != str(steps) or "world_size" not in run["params"]:
+    logged = run["histories"].get(want.history, [])
+    if logged != list(range(1, steps + 1)):
+        problems.append(f"{want.history} logged at {len(logged)} steps, not at each of {steps}")
+    if run["params"].get(want.steps_param) != str(steps) or "world_size" not in run["params"]:
         problems.append(f"parameters {sorted(run['params'])[:8]}")
-    if "final_loss" not in run["metrics"]:
-        problems.append(f"no final_loss among the metrics {sorted(run['metrics'])}")
-    if "checkpoint/checkpoint.pt" not in run["artifacts"]:
-        problems.append(f"no checkpoint artifact ({run['artifacts']})")
-    if run["other_reads_run"] or SMOKE_NS in run["other_sees"]:
-        problems.append(f"{OTHER_NS}'s account reads the run or lists experiment {SMOKE_NS}: {run['other_sees']}")
+    missing = [k for k in want.final if k not in run["metrics"]]
+    if missing:
+        problems.append(f"no {', '.join(missing)} among the metrics {sorted(run['metrics'])}")
+    if want.artifact not in run["artifacts"]:
+        problems.append(f"no {want.artifact} artifact ({run['artifacts']})")
     return problems
 
 
-def check_run(kube: Any, lock: lockmod.Lock, trainjob: str, steps: int) -> dict[str, Any]:
-    """The SDK TrainJob's run, read back through a forwarded port; a TrackingFailure names what is missing."""
+def attempt_problems(runs: list[dict[str, Any]], name: str) -> list[str]:
+    """A TrainJob whose pods were restarted after a failure: one run per attempt, every attempt before the last
+    ended FAILED (its rank 0 saw the failure), the last FINISHED."""
+    statuses = [r["status"] for r in runs]
+    if len(runs) < 2 or statuses[-1] != "FINISHED" or set(statuses[:-1]) != {"FAILED"}:
+        return [f"the runs named {name} ended {statuses}, not FAILED for each failed attempt and FINISHED at last"]
+    return []
+
+
+def isolation_problems(read: dict[str, Any]) -> list[str]:
+    """Whether the other namespace's account read the first run, or lists this namespace's experiment."""
+    if "other_reads_run" not in read:
+        return []
+    if read["other_reads_run"] or SMOKE_NS in read["other_sees"]:
+        return [f"{OTHER_NS}'s account reads a run or lists experiment {SMOKE_NS}: {read['other_sees']}"]
+    return []
+
+
+def check_runs(kube: Any, lock: lockmod.Lock, finished: dict[str, tuple[str, int]],
+               restarted: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Read back through a forwarded port, as SMOKE_NS's account, the runs of the TrainJobs in FINISHED (name:
+    (kind, steps), each one FINISHED run with all EXPECTED of its kind) and RESTARTED (attempt_problems), and
+    check OTHER_NS's account is refused them; a TrackingFailure names everything missing."""
     own, other = credential(kube, SMOKE_NS), credential(kube, OTHER_NS)
     with forwarded(kube, lock) as uri:
-        run = read_run(uri, SMOKE_NS, trainjob, own, other, lock)
-    problems = run_problems(run, trainjob, steps)
+        read = read_runs(uri, SMOKE_NS, [*finished, *restarted], own, other, lock)
+    problems = [f"{name}: {p}" for name, (kind, steps) in finished.items()
+                for p in run_problems(read["runs"][name], name, kind, steps)]
+    problems += [p for name in restarted for p in attempt_problems(read["runs"][name], name)]
+    problems += isolation_problems(read)
     if problems:
-        raise TrackingFailure(f"TrainJob {trainjob}'s run in MLflow: {'; '.join(problems)}")
-    return run
+        raise TrackingFailure(f"runs in MLflow (experiment {SMOKE_NS}): {'; '.join(problems)}")
+    return read

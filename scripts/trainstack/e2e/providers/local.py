@@ -93,10 +93,10 @@ def simulated_pools(pools: list[NodePool], nodes: str) -> list[NodePool]:
                                         (SIMULATED_TAINT,)) for p in pools]
 
 
-def mirror_values(lock: lockmod.Lock, path: Path, tracking: bool = False) -> Path:
+def mirror_values(lock: lockmod.Lock, path: Path, tracking: bool = False, tracked: tuple[str, ...] = ()) -> Path:
     """Helm values for the real node: every image from the cluster's registry, CPU sizes that fit
     one 2-core node, the torch runtimes on the CPU torch image built here, output volumes on; with
-    TRACKING, the MLflow tracking server for the e2e's namespaces on a small claim."""
+    TRACKING, the MLflow tracking server for the e2e's namespaces and TRACKED on a small claim."""
     mirror = nodemod.MIRROR
     torch_repo, torch_tag = images.repository_tag("torch-cpu", lock)
     small = {"cpu": "500m", "memory": "1536Mi"}
@@ -113,7 +113,7 @@ def mirror_values(lock: lockmod.Lock, path: Path, tracking: bool = False) -> Pat
         },
     }
     if tracking:
-        values["tracking"] = {**trackingmod.values()["tracking"],
+        values["tracking"] = {**trackingmod.values(extra=tracked)["tracking"],
                               "storage": {"size": "1Gi", "storageClassName": nodemod.STORAGE_CLASS}}
     path.write_text("# written by trainstack e2e for the local cluster's real node\n" + yaml.safe_dump(values))
     return path
@@ -151,6 +151,7 @@ class LocalProvider(Provider):
         nodes: str = "kwok",
         real_nodes: int = DEFAULT_REAL_NODES,
         tracking: bool = False,
+        tracked: tuple[str, ...] = (),
     ) -> None:
         self.run_dir = run_dir
         self.lock = lock or lockmod.load()
@@ -162,6 +163,8 @@ class LocalProvider(Provider):
         self.nodes = nodes
         self.real_nodes = real_nodes if nodes != "kwok" else 0
         self.tracking = tracking and nodes != "kwok"  # the MLflow server runs on a real node
+        self.tracked = tuple(tracked)  # namespaces tracked beside the e2e's own (created before the install)
+        self.tracking_namespaces = trackingmod.namespaces(self.tracked) if self.tracking else []
         self.memory: MemorySampler | None = None
         self.memory_report: dict[str, Any] = {}  # the cluster's peak resident memory, once it is down
         if nodes != "kwok":
@@ -177,7 +180,8 @@ class LocalProvider(Provider):
         if not self.real:
             return []
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        return [mirror_values(self.lock, self.run_dir / "values-real-node.yaml", tracking=self.tracking)]
+        return [mirror_values(self.lock, self.run_dir / "values-real-node.yaml", tracking=self.tracking,
+                              tracked=self.tracked)]
 
     def up(self, suite: Any) -> LocalCluster:
         for binary in controller_binaries(suite.rendered, self.lock):  # a missing one fails before anything starts
