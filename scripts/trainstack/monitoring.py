@@ -12,6 +12,10 @@ Namespace, Subsystem, Name})`, `prometheus.NewDesc("name", ...)`, kube-state-met
 `NewFamilyGenerator*("kube_...")`), resolving string constants, so a renamed metric upstream
 fails the tests instead of silently failing an alert in production.
 
+The tracking server's metrics (the chart's `tracking`) come from MLflow's exporter,
+prometheus-flask-exporter: its Python source at the version the lock pins for the server image, with
+the prefix MLflow gives it (mlflow/server/prometheus_exporter.py of the pinned MLflow).
+
 `verify_scrape` is for a live cluster: it takes each controller's `/metrics` text and says
 which names the rules and the dashboard use that the controller did not serve.
 """
@@ -30,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from . import chartpack, deps, helm, paths, progress, tools
+from . import chartpack, deps, helm, paths, progress, tools, trainenv
 from . import lock as lockmod
 from .errors import UserError
 
@@ -253,6 +257,55 @@ def source_metrics(name: str, lock: lockmod.Lock | None = None) -> dict[str, str
     return _cached(f"{name}-{source.module}@{source.version}", build)
 
 
+# The tracking server's exporter: its `known_metrics` key (its job: trainstack-tracking-metrics,
+# templates/tracking-metrics-service.yaml).
+TRACKING = "tracking"
+_PY_METRIC = re.compile(r"\b(Counter|Gauge|Histogram|Summary|info)\(\s*'%s([a-z_:][a-z0-9_:]*)'\s*%\s*prefix")
+
+
+def scan_python_exporter(source: str, prefix: str, origin: str) -> dict[str, str]:
+    """Series names prometheus-flask-exporter's default metrics get with PREFIX: `Counter('%shttp_request_total'
+    % prefix, ...)` and the like (a histogram's _bucket, _sum and _count)."""
+    scan = Scan()
+    for kind, name in _PY_METRIC.findall(source):
+        scan.add(f"{prefix}_{name}", kind, origin)
+    return scan.names
+
+
+def _pinned_package(packages: list[str], name: str) -> str:
+    for requirement in packages:
+        found = re.fullmatch(rf"{re.escape(name)}(?:\[[^\]]*\])?==(\S+)", requirement.strip())
+        if found:
+            return found.group(1)
+    raise UserError(f"trainstack.lock.yaml: tracking.server pins no {name}", "the tracking server's metrics come from it")
+
+
+def tracking_metrics(lock: lockmod.Lock | None = None) -> dict[str, str]:
+    """Metric names of the tracking server: the pinned prometheus-flask-exporter's defaults, with the prefix
+    the pinned MLflow gives them."""
+    lock = lock or lockmod.load()
+    packages = list(lock.get("tracking", "server") or [])
+    exporter, mlflow = (_pinned_package(packages, n) for n in ("prometheus-flask-exporter", "mlflow-skinny"))
+
+    def build() -> dict[str, str]:
+        with zipfile.ZipFile(trainenv.wheel("mlflow-skinny", mlflow)) as wheel:
+            hook = wheel.read("mlflow/server/prometheus_exporter.py").decode()
+        found = re.search(r"defaults_prefix\s*=\s*[\"']([a-z_]+)[\"']", hook)
+        if not found:
+            raise UserError(f"mlflow-skinny=={mlflow}: no defaults_prefix in mlflow/server/prometheus_exporter.py",
+                            "MLflow changed how it exports metrics: read the file and update monitoring.py")
+        with zipfile.ZipFile(trainenv.wheel("prometheus-flask-exporter", exporter)) as wheel:
+            source = wheel.read("prometheus_flask_exporter/__init__.py").decode()
+        names = scan_python_exporter(source, found.group(1),
+                                     f"prometheus-flask-exporter=={exporter}/prometheus_flask_exporter/__init__.py")
+        if not names:
+            raise UserError(f"prometheus-flask-exporter=={exporter}: no metric definitions found",
+                            "its source changed shape: update monitoring.scan_python_exporter")
+        return names
+
+    return _cached(f"tracking-prometheus-flask-exporter@{exporter}-mlflow@{mlflow}", build)
+
+
 def pinned_controllers(lock: lockmod.Lock | None = None) -> list[str]:
     charts = (lock or lockmod.load()).data.get("charts") or {}
     return [name for name, chart in CONTROLLERS.items() if chart in charts]
@@ -265,6 +318,7 @@ def known_metrics() -> dict[str, dict[str, str]]:
     out = {c: controller_metrics(c, lock) for c in pinned_controllers(lock)}
     for name in ("kube-state-metrics", "blackbox-exporter"):
         out[name] = source_metrics(name, lock)
+    out[TRACKING] = tracking_metrics(lock)
     return out
 
 
@@ -365,19 +419,19 @@ def shipped_rule_groups() -> list[dict]:
     deps.ensure()
     result = helm.run(helm.template_args(None, "--show-only", "templates/prometheusrule.yaml",
                                          "--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always",
-                                         "--set", "dataCache.enabled=true"))
+                                         "--set", "dataCache.enabled=true", "--set", "tracking.enabled=true"))
     docs = [d for d in yaml.safe_load_all(result.stdout) if isinstance(d, dict) and d.get("kind") == "PrometheusRule"]
     return [g for d in docs for g in d["spec"]["groups"]]
 
 
 def expected_from(controller: str, groups: list[dict] | None = None) -> set[str]:
     """Names the shipped rules (default: shipped_rule_groups()) and dashboards use that
-    `controller`'s pinned source defines."""
+    `controller`'s pinned source defines (TRACKING: the tracking server's exporter)."""
     exprs = rule_exprs(shipped_rule_groups() if groups is None else groups)
     for dashboard in chart_dashboards().values():
         exprs.update(dashboard_exprs(dashboard))
     used = set().union(*(promql_metric_names(e) for e in exprs.values()))
-    return used & set(controller_metrics(controller))
+    return used & set(tracking_metrics() if controller == TRACKING else controller_metrics(controller))
 
 
 def scrape(url: str, token: str | None = None, timeout: float = 10) -> str:
@@ -424,7 +478,8 @@ def _cmd_metrics(args) -> int:
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("metrics", help="metric names the pinned controllers (and kube-state-metrics) define")
-    parser.add_argument("exporter", nargs="?", choices=[*CONTROLLERS, "kube-state-metrics", "blackbox-exporter"])
+    parser = sub.add_parser(
+        "metrics", help="metric names the pinned controllers, kube-state-metrics and the tracking server define")
+    parser.add_argument("exporter", nargs="?", choices=[*CONTROLLERS, "kube-state-metrics", "blackbox-exporter", TRACKING])
     parser.add_argument("--output", choices=["text", "json"], default="text")
     parser.set_defaults(func=_cmd_metrics)

@@ -155,6 +155,19 @@ def _download(*requirements: str, no_deps: bool = False) -> None:
                         "check the network to the Python package index")
 
 
+def wheel(package: str, version: str) -> Path:
+    """The wheel of PACKAGE==VERSION alone (no dependencies), from the wheel cache; downloaded into it first
+    when missing. For reading a pinned package's source, not for installing it."""
+    stem = f"{re.sub(r'[-_.]+', '_', package).lower()}-{version}-"
+    found = sorted(p for p in wheel_dir().glob("*.whl") if p.name.lower().startswith(stem))
+    if not found:
+        _download(f"{package}=={version}", no_deps=True)
+        found = sorted(p for p in wheel_dir().glob("*.whl") if p.name.lower().startswith(stem))
+    if not found:
+        raise UserError(f"no wheel of {package}=={version} in {wheel_dir()} after downloading it")
+    return found[-1]
+
+
 def _install_offline(*requirements: str, no_deps: bool = False) -> proc.CompletedProcess:
     # --no-compile halves the install time; Python compiles the modules it imports on first use.
     return _pip("install", "--no-index", "--find-links", str(wheel_dir()), "--quiet", "--no-compile",

@@ -23,6 +23,8 @@ from support.monitoring_render import WITH_KUEUE, alerts, render, rule_groups, r
 from trainstack import monitoring, tools
 
 FORCED = ("--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always")
+# The tracking server's ServiceMonitor and alerts (templates/tracking-*.yaml; its policy: tests/chart/test_tracking.py).
+TRACKED = ("--set", "tracking.enabled=true")
 ALERTS_TEST = ROOT / "tests" / "monitoring" / "alerts_test.yaml"
 OPERATIONS = ROOT / "docs" / "operations.md"
 MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule", "NetworkPolicy")
@@ -59,6 +61,9 @@ def test_controller_metrics_come_from_the_versions_the_controllers_require(lock)
 @pytest.mark.slow
 def test_every_metric_the_rules_and_the_dashboard_use_is_defined_upstream(forced):
     exprs = monitoring.rule_exprs(rule_groups(forced))
+    tracked = monitoring.rule_exprs(rule_groups(render(*FORCED, *TRACKED)))
+    assert {"alert TrainstackTrackingDown", "alert TrainstackTrackingErrors"} <= set(tracked)
+    exprs.update(tracked)
     for dashboard in monitoring.chart_dashboards().values():
         exprs.update(monitoring.dashboard_exprs(dashboard))
     assert len(exprs) > 20
@@ -195,7 +200,7 @@ def test_rendered_monitoring_objects_pass_trainstack_validate(forced, tmp_path):
 
 @pytest.mark.slow
 def test_the_unit_tests_fire_and_resolve_each_alert(chart_ready):
-    shipped = set(alerts(rule_groups(render(*FORCED))))
+    shipped = set(alerts(rule_groups(render(*FORCED, *TRACKED))))
     fired, resolved = set(), set()
     for case in yaml.safe_load(ALERTS_TEST.read_text())["tests"]:
         for check in case["alert_rule_test"]:
@@ -207,7 +212,7 @@ def test_the_unit_tests_fire_and_resolve_each_alert(chart_ready):
 def test_every_alert_has_a_summary_a_description_and_a_runbook_section(chart_ready):
     headings = {re.sub(r"[^a-z0-9-]", "", h.lower().replace(" ", "-"))
                 for h in re.findall(r"^#{2,4} (.+)$", OPERATIONS.read_text(), re.MULTILINE)}
-    for name, rule in alerts(rule_groups(render(*FORCED))).items():
+    for name, rule in alerts(rule_groups(render(*FORCED, *TRACKED))).items():
         notes = rule["annotations"]
         assert len(notes["summary"]) > 20 and len(notes["description"]) > 80, name
         assert rule["labels"]["severity"] in ("critical", "warning", "info"), name
@@ -223,6 +228,9 @@ def test_alert_labels_and_thresholds_come_from_values(chart_ready):
     assert all(r["labels"]["team"] == "ml-platform" for r in rules.values())
     assert rules["TrainstackTrainJobPodsPending"]["for"] == "2h" and rules["TrainstackTrainJobSuspended"]["for"] == "2h"
     assert rules["TrainstackWebhookSlow"]["expr"].rstrip().endswith("> 3")
+    assert "TrainstackTrackingDown" not in rules  # tracking off: no tracking alerts
+    tracked = alerts(rule_groups(render(*FORCED, *TRACKED, "--set-json", "monitoring.alerts.trackingErrorRatio=0.2")))
+    assert tracked["TrainstackTrackingErrors"]["expr"].rstrip().endswith("> 0.2")
     without_jobset = alerts(rule_groups(render(*FORCED, "--set", "jobset.install=false")))
     assert "TrainstackTrainJobsFailing" not in without_jobset
     assert "trainstack-jobset-metrics" not in without_jobset["TrainstackControllerDown"]["expr"]

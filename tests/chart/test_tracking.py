@@ -45,7 +45,7 @@ def test_on_renders_one_server_with_its_claim_service_accounts_and_policy(chart_
     ns = by_kind(docs, "Deployment")[NAME]["metadata"]["namespace"]  # the release's
     kinds = sorted(f"{d['kind']}/{d['metadata']['namespace']}" for d in docs)
     assert kinds == sorted([f"{k}/{ns}" for k in ("ConfigMap", "Deployment", "NetworkPolicy", "PersistentVolumeClaim",
-                                                  "Role", "RoleBinding", "Service", "ServiceAccount")])
+                                                  "Role", "RoleBinding", "Service", "Service", "ServiceAccount")])
 
 
 def test_the_server_runs_the_locks_mlflow_restricted_with_auth_denying_by_default(chart_ready, lock):
@@ -55,7 +55,7 @@ def test_the_server_runs_the_locks_mlflow_restricted_with_auth_denying_by_defaul
     pod = spec["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
     containers = {c["name"]: c for c in pod["initContainers"] + pod["containers"]}
-    assert list(containers) == ["admin", "migrate", "server", "accounts"]
+    assert list(containers) == ["admin", "migrate", "server", "accounts", "metrics"]
     for container in containers.values():
         assert container["image"] == lock.image("mlflow").reference()
         assert container["securityContext"] == {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
@@ -120,6 +120,50 @@ def test_each_team_and_listed_namespace_gets_an_account_role_and_the_network_pat
     [rule] = policy["ingress"]
     assert rule["from"] == [{"namespaceSelector": {"matchExpressions": [
         {"key": "kubernetes.io/metadata.name", "operator": "In", "values": namespaces}]}}]
+
+
+def test_the_metrics_sidecar_serves_what_the_server_counts_on_a_service_of_its_own(chart_ready):
+    docs = render(*ON, "--set", "tracking.metricsPort=9200")
+    pod = by_kind(docs, "Deployment")[NAME]["spec"]["template"]["spec"]
+    containers = {c["name"]: c for c in pod["containers"]}
+    server, metrics = containers["server"], containers["metrics"]
+    folder = {e["name"]: e["value"] for e in server["env"] if "value" in e}["PROMETHEUS_MULTIPROC_DIR"]
+    # the server writes the multiprocess files there (a restart starts them afresh); the sidecar reads them
+    assert '--expose-prometheus "$PROMETHEUS_MULTIPROC_DIR"' in server["command"][-1]
+    assert 'rm -rf "$PROMETHEUS_MULTIPROC_DIR"' in server["command"][-1]
+    assert metrics["command"] == ["python3", "/config/metrics.py"]
+    env = {e["name"]: e["value"] for e in metrics["env"]}
+    assert env == {"PROMETHEUS_MULTIPROC_DIR": folder, "METRICS_PORT": "9200"}
+    assert metrics["ports"] == [{"name": "metrics", "containerPort": 9200, "protocol": "TCP"}]
+    shared = {m["name"]: m["mountPath"] for m in server["volumeMounts"]}
+    assert {m["name"]: m["mountPath"] for m in metrics["volumeMounts"]}["tmp"] == shared["tmp"]
+    assert folder.startswith(shared["tmp"] + "/")
+    config = by_kind(docs, "ConfigMap")[NAME]
+    assert config["data"]["metrics.py"] == (ROOT / "charts/trainstack/files/tracking/metrics.py").read_text()
+    service = by_kind(docs, "Service")[f"{NAME}-metrics"]
+    assert service["spec"]["selector"] == by_kind(docs, "Service")[NAME]["spec"]["selector"]
+    assert service["spec"]["ports"] == [{"name": "http-metrics", "port": 9200, "targetPort": "metrics", "protocol": "TCP"}]
+    assert service["metadata"]["labels"]["trainstack.io/metrics"] == "tracking"
+    # no Prometheus Operator: no ServiceMonitor; forced: one, plain HTTP on that Service's port
+    assert "ServiceMonitor" not in {d["kind"] for d in docs}
+    forced = render(*ON, "--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always")
+    monitor = by_kind(forced, "ServiceMonitor")[NAME]["spec"]
+    assert monitor["selector"] == {"matchLabels": {"trainstack.io/metrics": "tracking"}}
+    assert monitor["endpoints"] == [{"port": "http-metrics", "path": "/metrics", "scheme": "http", "interval": "30s"}]
+
+
+def test_only_the_monitoring_namespace_reaches_the_metrics_port_and_only_with_monitoring_on(chart_ready):
+    rules = by_kind(render(*ON, *TEAMS), "NetworkPolicy")[NAME]["spec"]["ingress"]
+    assert [r["ports"] for r in rules] == [[{"port": "http", "protocol": "TCP"}]]
+    on = ("--set", "monitoring.enabled=true", "--set", "monitoring.namespace=prom")
+    for extra in (TEAMS, ()):
+        rules = by_kind(render(*ON, *on, *extra), "NetworkPolicy")[NAME]["spec"]["ingress"]
+        metrics = [r for r in rules if r["ports"] == [{"port": "metrics", "protocol": "TCP"}]]
+        assert metrics == [{"ports": [{"port": "metrics", "protocol": "TCP"}],
+                            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "prom"}}}]}]
+        # the monitoring namespace gets the metrics port, not the server's
+        assert all("prom" not in json.dumps(r["from"]) for r in rules if r is not metrics[0])
+        assert len(rules) == (2 if extra else 1)
 
 
 def test_with_no_tracked_namespace_the_policy_admits_nobody(chart_ready):

@@ -87,7 +87,7 @@ def export(builder, reference: str, tmp_path):
     return root
 
 
-def test_the_tracking_server_image_serves_mlflow_with_its_auth_app_and_postgres_driver(builder, tmp_path):
+def test_the_tracking_server_image_serves_mlflow_with_its_auth_app_postgres_driver_and_exporter(builder, tmp_path):
     lock = builder.lock
     built = builder.ensure("mlflow")
     print(f"mlflow: {built.action} in {built.seconds:.1f}s, {built.size / 1e6:.1f} MB compressed")
@@ -96,8 +96,10 @@ def test_the_tracking_server_image_serves_mlflow_with_its_auth_app_and_postgres_
     assert config["Cmd"] == ["python3", "-m", "mlflow"] and config["User"] == "1000:1000"
     root = export(builder, built.reference, tmp_path)
     # create_engine loads the driver SQLAlchemy picks for a plain postgresql:// URI (docs/tracking.md's form;
-    # SQLAlchemy 2.1 picks psycopg 3), without connecting
+    # SQLAlchemy 2.1 picks psycopg 3), without connecting; the exporter `--expose-prometheus` loads, and the
+    # multiprocess collector the metrics sidecar serves
     probe = ("import mlflow, mlflow.server.auth, flask_wtf, sqlalchemy; "
+             "import mlflow.server.prometheus_exporter, prometheus_client.multiprocess; "
              "sqlalchemy.create_engine('postgresql://u:p@127.0.0.1/mlflow'); "
              "from mlflow.server import get_app_client; print(mlflow.__version__)")
     result = run_in_image(root, f'python -c "{probe}"')

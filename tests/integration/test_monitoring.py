@@ -18,14 +18,17 @@ from conftest import ROOT
 from support.monitoring_render import WITH_KUEUE, alerts, render, rule_groups, run_tool
 from trainstack import monitoring, tools
 
-FORCED = ("--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always")
+# Tracking on too: its ServiceMonitor and alerts are monitoring's (templates/tracking-*.yaml).
+FORCED = ("--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always",
+          "--set", "tracking.enabled=true")
 # The thresholds tests/monitoring/alerts_test.yaml was written for (its header says the same).
 TEST_THRESHOLDS = ("--set", "monitoring.alerts.waitingFor=30m", "--set", "monitoring.alerts.failedPerHour=5",
                    "--set-json", "monitoring.alerts.failedRatio=0.5",
                    "--set", "monitoring.alerts.webhookLatencySeconds=1",
                    "--set-json", "monitoring.alerts.reconcileErrorRatio=0.1",
                    "--set", "monitoring.alerts.certificateExpiryDays=21",
-                   "--set", "monitoring.alerts.blackboxJob=blackbox")
+                   "--set", "monitoring.alerts.blackboxJob=blackbox",
+                   "--set-json", "monitoring.alerts.trackingErrorRatio=0.05")
 ALERTS_TEST = ROOT / "tests" / "monitoring" / "alerts_test.yaml"
 
 

@@ -51,3 +51,20 @@ def test_exposition_parser_reads_names_from_type_lines_and_samples():
     text = ("# HELP jobset_failed_total The total number of failed JobSets\n# TYPE jobset_failed_total counter\n"
             'workqueue_depth{name="jobset"} 0\nup 1\n')
     assert monitoring.parse_exposition(text) == {"jobset_failed_total", "workqueue_depth", "up"}
+
+
+def test_python_exporter_scan_reads_prefixed_definitions_with_their_series():
+    # the shapes prometheus-flask-exporter's export_defaults uses (format strings with the prefix)
+    source = '''
+        self.info('%sexporter_info' % prefix, 'Information', version=self.version)
+        request_duration_metric = Histogram(
+            '%shttp_request_duration_seconds' % prefix, 'Flask HTTP request duration in seconds',
+            ('method', 'status'), registry=self.registry)
+        request_total_metric = Counter('%shttp_request_total' % prefix, 'Total', counter_labels)
+        other = Gauge('fixed_name', 'not prefixed: not a default metric')
+    '''
+    names = monitoring.scan_python_exporter(source, "mlflow", "pfe/__init__.py")
+    assert set(names) == {"mlflow_exporter_info", "mlflow_http_request_total", "mlflow_http_request_duration_seconds",
+                          "mlflow_http_request_duration_seconds_bucket", "mlflow_http_request_duration_seconds_sum",
+                          "mlflow_http_request_duration_seconds_count"}
+    assert set(names.values()) == {"pfe/__init__.py"}

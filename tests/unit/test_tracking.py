@@ -3,10 +3,13 @@ one place in the lock), the e2e's values, and what the e2e's check calls a missi
 
 from __future__ import annotations
 
+import sys
+import zipfile
+
 import pytest
 import yaml
 
-from trainstack import images
+from trainstack import images, trainenv
 from trainstack.e2e import tracking
 from trainstack.e2e.base import SMOKE_NS
 from trainstack.e2e.providers import local as localprov
@@ -29,8 +32,21 @@ def test_the_server_image_installs_the_locks_server_pins_under_mlflows_own_name(
     assert all(p.count("==") == 1 for p in [*lock.get("tracking", "server"), *lock.get("tracking", "client")])
 
 
+@pytest.fixture
+def torch_wheel(lock, monkeypatch, tmp_path):
+    """The torch image's tag and install come from the cached torch wheel (its version, its requirements): where
+    `make setup` has not downloaded it (the unit tier needs no setup), a stand-in of a version the lock allows,
+    with torch's metadata and nothing else, in a wheel folder of the test's."""
+    if trainenv._cached_wheel("torch", trainenv.pins(lock)["torch"]) is None:
+        monkeypatch.setattr(trainenv, "wheel_dir", lambda: tmp_path)
+        tag = f"cp{sys.version_info.major}{sys.version_info.minor}"
+        with zipfile.ZipFile(tmp_path / f"torch-2.9.1-{tag}-{tag}-manylinux_2_28_x86_64.whl", "w") as wheel:
+            wheel.writestr("torch-2.9.1.dist-info/METADATA", "Name: torch\nVersion: 2.9.1\n"
+                           "Requires-Dist: filelock\nRequires-Dist: numpy; extra == \"numpy\"\n")
+
+
 @pytest.mark.parametrize("name", ["torch-cpu", "jax-cpu", "xgboost-cpu"])
-def test_every_training_image_carries_the_client_in_its_one_install(lock, name):
+def test_every_training_image_carries_the_client_in_its_one_install(lock, name, torch_wheel):
     recipe = images.recipe(name, lock)
     assert images.spec(name, lock)["trackingClient"] == lock.get("tracking", "client")
     assert "MLflow's client" in recipe.source
@@ -43,7 +59,7 @@ def test_every_training_image_carries_the_client_in_its_one_install(lock, name):
         lock.data["builtImages"][name]["trackingClient"] = saved
 
 
-def test_e2e_values_turn_tracking_on_for_both_namespaces_on_the_clusters_storage(lock, tmp_path):
+def test_e2e_values_turn_tracking_on_for_both_namespaces_on_the_clusters_storage(lock, tmp_path, torch_wheel):
     values = yaml.safe_load(localprov.mirror_values(lock, tmp_path / "v.yaml", tracking=True).read_text())
     assert values["tracking"]["enabled"] is True
     assert values["tracking"]["namespaces"] == [SMOKE_NS, tracking.OTHER_NS]
@@ -102,3 +118,29 @@ def test_a_restarted_job_has_a_failed_run_per_failed_attempt(statuses, good):
 ])
 def test_another_namespace_reading_a_run_or_listing_the_experiment_is_named(read, good):
     assert (tracking.isolation_problems(read) == []) is good
+
+
+SCRAPE = '''# TYPE mlflow_http_request_total counter
+mlflow_http_request_total{method="GET",status="200"} 12.0
+mlflow_http_request_total{method="POST",status="200"} 30.0
+mlflow_http_request_total{method="GET",status="403"} 2.0
+mlflow_http_request_duration_seconds_count{method="GET",mlflow_version="3.17.2",status="200"} 12.0
+'''
+
+
+def test_the_servers_requests_are_summed_by_status():
+    assert tracking.requests_by_status(SCRAPE) == {"200": 42.0, "403": 2.0}
+    assert tracking.requests_by_status("# nothing yet\n") == {}
+
+
+def test_metrics_missing_an_alerts_series_or_a_kind_of_request_are_named():
+    served = {"present": ["mlflow_http_request_total"], "missing": []}
+    assert tracking.metrics_problems(SCRAPE, served) == []
+    problems = tracking.metrics_problems(SCRAPE, {"present": [], "missing": ["mlflow_http_request_total"]})
+    assert problems == ["the alerts use mlflow_http_request_total, which the server did not serve"]
+    only_refused = SCRAPE.replace('status="200"', 'status="401"')
+    assert [p.split(" (")[0] for p in tracking.metrics_problems(only_refused, served)] == [
+        "no answered request counted"]
+    never_refused = SCRAPE.replace('status="403"', 'status="200"')
+    assert [p.split(" (")[0] for p in tracking.metrics_problems(never_refused, served)] == [
+        "no refused request counted"]

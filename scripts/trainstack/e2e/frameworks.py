@@ -151,7 +151,8 @@ class FrameworkSteps(RealNodeSteps):
 
     def tracked_runs(self) -> Outcome:
         """The JAX and XGBoost TrainJobs' runs, each with its own metrics and model; the killed-worker TrainJob's
-        runs: FAILED for the attempt whose worker was killed, FINISHED for the one that resumed."""
+        runs: FAILED for the attempt whose worker was killed, FINISHED for the one that resumed. Then the server's
+        metrics, scraped as Prometheus would: every series the alerts use, every request counted by status."""
         finished = {r["name"]: (fw, steps_of(FRAMEWORKS[fw])) for fw, r in getattr(self, "framework_runs", {}).items()}
         killed = getattr(self, "killed", None)
         restarted = (killed["name"],) if killed and killed["state"] == "Complete" else ()
@@ -164,7 +165,11 @@ class FrameworkSteps(RealNodeSteps):
             said.append(f"{name}: {run['status']}, {metric} at {len(run['histories'][metric])} steps, "
                         f"{', '.join(run['artifacts'])}")
         said += [f"{name}: {' then '.join(r['status'] for r in read['runs'][name])}" for name in restarted]
-        return Outcome("; ".join(said), read)
+        # after the runs were read (and the other team refused): the server counted it all, for Prometheus
+        metrics = trackingmod.check_metrics(self.kube, self.lock)
+        said.append("server metrics: " + ", ".join(f"{n:.0f} x {status}" for status, n in
+                                                   sorted(metrics["requests"].items())))
+        return Outcome("; ".join(said), {**read, "metrics": metrics})
 
     def runtime_only(self) -> Outcome | str:
         """A TrainJob with nothing but runtimeRef on each CPU runtime whose image is built here: the

@@ -20,17 +20,20 @@ import os
 import re
 import select
 import time
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from .. import kubeapi, proc, tools, trainenv
+from .. import kubeapi, monitoring, proc, tools, trainenv
 from .. import lock as lockmod
 from ..errors import UserError
 from .base import NAMESPACE, SMOKE_NS
 
 SERVICE = "trainstack-tracking"
+METRICS_SERVICE = f"{SERVICE}-metrics"  # the server's request metrics (its `metrics` sidecar, no login)
+METRICS_PORT = 9102  # the chart's tracking.metricsPort default
 SECRET = "trainstack-tracking"  # in each tracked namespace: username, password
 UI_EXAMPLE = "http://127.0.0.1:5000"  # `kubectl port-forward svc/trainstack-tracking 5000` (docs/tracking.md)
 OTHER_NS = "trainstack-e2e-other"  # a second tracked namespace: its account must not read SMOKE_NS's runs
@@ -64,11 +67,13 @@ def credential(kube: Any, namespace: str, timeout: float = 120) -> tuple[str, st
 
 
 @contextmanager
-def forwarded(kube: Any, lock: lockmod.Lock, port: int = 5000, timeout: float = 60) -> Iterator[str]:
-    """http://127.0.0.1:<free port>, forwarded to the tracking Service by `kubectl port-forward`."""
+def forwarded(kube: Any, lock: lockmod.Lock, port: int = 5000, timeout: float = 60,
+              service: str = SERVICE) -> Iterator[str]:
+    """http://127.0.0.1:<free port>, forwarded to PORT of the tracking Service (or SERVICE) by `kubectl
+    port-forward`."""
     kubectl = tools.require("kubectl", lock)
     cmd = [str(kubectl), "--kubeconfig", str(kube.kubeconfig), "port-forward", "--address", "127.0.0.1",
-           "-n", NAMESPACE, f"svc/{SERVICE}", f":{port}"]
+           "-n", NAMESPACE, f"svc/{service}", f":{port}"]
     process = proc.start(cmd, stdout=proc.PIPE, stderr=proc.STDOUT, stdin=proc.DEVNULL, text=True,
                          what="kubectl port-forward")
     try:
@@ -81,7 +86,7 @@ def forwarded(kube: Any, lock: lockmod.Lock, port: int = 5000, timeout: float = 
             line = process.stdout.readline() if ready else ""
             if not line:
                 why = "did not start" if not ready else "ended"
-                raise TrackingFailure(f"kubectl port-forward to svc/{SERVICE} {why}: {' '.join(seen[-2:])[:300]}")
+                raise TrackingFailure(f"kubectl port-forward to svc/{service} {why}: {' '.join(seen[-2:])[:300]}")
             seen.append(line.strip())
             found = re.search(r"Forwarding from 127\.0\.0\.1:(\d+)", line)
             local = int(found.group(1)) if found else 0
@@ -257,3 +262,45 @@ def check_runs(kube: Any, lock: lockmod.Lock, finished: dict[str, tuple[str, int
     if problems:
         raise TrackingFailure(f"runs in MLflow (experiment {SMOKE_NS}): {'; '.join(problems)}")
     return read
+
+
+_REQUESTS = re.compile(r'^mlflow_http_request_total\{([^}]*)\}\s+(\S+)', re.MULTILINE)
+
+
+def requests_by_status(text: str) -> dict[str, float]:
+    """status -> requests counted, from the tracking server's metrics text (`mlflow_http_request_total`)."""
+    out: dict[str, float] = {}
+    for labels, value in _REQUESTS.findall(text):
+        status = re.search(r'status="([^"]*)"', labels)
+        if status:
+            out[status.group(1)] = out.get(status.group(1), 0.0) + float(value)
+    return out
+
+
+def metrics_problems(text: str, report: dict[str, list[str]]) -> list[str]:
+    """What the tracking server's metrics lack after the runs were read: a series the shipped alerts use
+    (REPORT, monitoring.verify_scrape), answered requests, or the refused ones (the other team's)."""
+    counted = requests_by_status(text)
+    problems = [f"the alerts use {name}, which the server did not serve" for name in report["missing"]]
+    if not any(status.startswith("2") and n > 0 for status, n in counted.items()):
+        problems.append(f"no answered request counted (by status: {counted})")
+    if not any(status in ("401", "403") and n > 0 for status, n in counted.items()):
+        problems.append(f"no refused request counted (by status: {counted})")
+    return problems
+
+
+def check_metrics(kube: Any, lock: lockmod.Lock, port: int = METRICS_PORT) -> dict[str, Any]:
+    """Scrape the tracking server's metrics Service through a forwarded port, as Prometheus would (no
+    login): every series the shipped alerts use is served and the requests so far are counted by status.
+    A TrackingFailure names what is missing."""
+    with forwarded(kube, lock, port=port, service=METRICS_SERVICE) as uri:
+        try:
+            with urllib.request.urlopen(f"{uri}/metrics", timeout=15) as response:
+                text = response.read().decode()
+        except OSError as err:
+            raise TrackingFailure(f"GET {METRICS_SERVICE}:{port}/metrics: {err}") from None
+    report = monitoring.verify_scrape({monitoring.TRACKING: text})[monitoring.TRACKING]
+    problems = metrics_problems(text, report)
+    if problems:
+        raise TrackingFailure(f"the tracking server's metrics ({METRICS_SERVICE}): {'; '.join(problems)}")
+    return {"requests": requests_by_status(text), "alerts_use": report["present"]}
