@@ -33,7 +33,7 @@ from .base import NAMESPACE, SMOKE_NS
 
 SERVICE = "trainstack-tracking"
 METRICS_SERVICE = f"{SERVICE}-metrics"  # the server's request metrics (its `metrics` sidecar, no login)
-METRICS_PORT = 9102  # the chart's tracking.metricsPort default
+METRICS_PORT = 9102  # tracking.metricsPort in the values the e2e installs (values())
 SECRET = "trainstack-tracking"  # in each tracked namespace: username, password
 UI_EXAMPLE = "http://127.0.0.1:5000"  # `kubectl port-forward svc/trainstack-tracking 5000` (docs/tracking.md)
 OTHER_NS = "trainstack-e2e-other"  # a second tracked namespace: its account must not read SMOKE_NS's runs
@@ -45,8 +45,9 @@ def namespaces(extra: tuple[str, ...] = ()) -> list[str]:
 
 
 def values(port: int = 5000, extra: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The chart values that turn tracking on for the e2e's namespaces (`namespaces(EXTRA)`)."""
-    return {"tracking": {"enabled": True, "namespaces": namespaces(extra), "port": port}}
+    """The chart values that turn tracking on for the e2e's namespaces (`namespaces(EXTRA)`), on the ports the
+    checks forward to."""
+    return {"tracking": {"enabled": True, "namespaces": namespaces(extra), "port": port, "metricsPort": METRICS_PORT}}
 
 
 class TrackingFailure(UserError):
