@@ -10,9 +10,14 @@ PYTEST_ARGS ?=
 # The test tiers, one folder each under tests/, cheapest first (markers follow the folders: tests/conftest.py).
 TIERS := unit chart integration e2e
 TEST_TIMES := artifacts/test-times
-# A tier's own pytest arguments: the chart tier's files are independent (each renders into its own
-# temporary folders), so they run on every CPU, one file per worker (pytest-xdist).
+# A tier's own pytest arguments: the unit and chart tiers' files are independent (each works in its own
+# temporary folders; the chart tier's render cache locks its writes), so they run on every CPU, one file
+# per worker (pytest-xdist). The integration tier's two workers each start the shared cluster (a local API
+# server with KWOK nodes, on ports the OS picks) and share it among their files: two, not one per CPU.
+# The e2e tier runs its two groups side by side (tier-e2e).
+TIER_ARGS_unit := -n auto --dist loadfile
 TIER_ARGS_chart := -n auto --dist loadfile
+TIER_ARGS_integration := -n 2 --dist loadfile
 
 .PHONY: setup setup-chart setup-cluster setup-bench venv tools deps render validate generate verify test test-fast test-unit test-chart test-integration test-e2e e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lint lock-check clean help
 .PHONY: setup-gitops e2e-gitops test-matrix chart
@@ -73,14 +78,23 @@ setup-cluster: setup-chart ## setup-chart + the cluster tools (etcd, kube-apiser
 	$(TS) tools install
 	$(TS) deps
 
-# tier-TIER: pytest over tests/TIER alone (no prerequisites: the test-* targets bring them). Prints the wall
+# tier-TIER: pytest over tests/TIER alone (no prerequisites: the test-* targets bring them; tier-e2e below). Prints the wall
 # time and writes $(TEST_TIMES)/TIER.json (tier, seconds, exit, counts from pytest's junit XML);
 # exit 5 (no tests collected) is a failure.
-$(addprefix tier-,$(TIERS)): tier-%:
+$(addprefix tier-,$(filter-out e2e,$(TIERS))): tier-%:
 	@mkdir -p $(TEST_TIMES); start=$$(date +%s.%N); \
 	$(VENV)/bin/pytest tests/$* --junitxml=$(TEST_TIMES)/$*.xml $(TIER_ARGS_$*) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests in tests/$*" >&2; rc=1; fi; \
 	$(VENV)/bin/python tests/support/tier_times.py $* $$start $$rc $(TEST_TIMES); exit $$rc
+
+# tier-e2e: the e2e tier's modules in two pytest processes side by side (tests/support/e2e_tier.py,
+# tests/e2e/conftest.py): the real-node ones one after another, and the KWOK and local-process ones
+# beside them; JUnit files e2e.xml and e2e-beside.xml, each group's time in e2e-groups.json.
+tier-e2e:
+	@mkdir -p $(TEST_TIMES); start=$$(date +%s.%N); \
+	$(VENV)/bin/python tests/support/e2e_tier.py $(TEST_TIMES) $(PYTEST_ARGS); rc=$$?; \
+	if [ $$rc -eq 5 ]; then echo "pytest collected no tests in tests/e2e" >&2; rc=1; fi; \
+	$(VENV)/bin/python tests/support/tier_times.py e2e $$start $$rc $(TEST_TIMES); exit $$rc
 
 test: setup lint ## make lint, then every tier in order (unit, chart, integration, e2e; all run, any failure fails)
 	@rc=0; for tier in $(TIERS); do $(MAKE) --no-print-directory tier-$$tier || rc=1; done; exit $$rc

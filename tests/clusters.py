@@ -11,10 +11,13 @@
 - `real_platform`: the chart installed on a real node (kubelet + containerd: containers run), with
   monitoring on, for the tests that run workloads in namespaces and need pods that really run.
 
+With pytest-xdist (the integration tier) each worker is a session with clusters of its own.
 Each starts on first use only (a run that selects none of their tests starts nothing) and stops at
 the end of the session at the latest. The modules using one cluster run one after another, and the
-cluster stops as soon as the last of them is done: a shared cluster is never running beside the
-clusters that other tests start and tear down themselves (those check that nothing of theirs is left).
+cluster stops as soon as the last of them is done: within one pytest process, a shared cluster is never
+running beside the clusters that other tests start and tear down themselves (those check that nothing
+of theirs is left; what `make test-e2e` runs in its second process, and why that is safe, is in
+tests/e2e/conftest.py).
 Tests keep a cluster of their own only where they must: teardown, faults on the control plane,
 upgrades, migration, the whole `trainstack e2e` run, gitops (each says so where it starts it).
 """
@@ -210,6 +213,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept), and note the last module using each."""
     for name in SHARED:
         users = list(dict.fromkeys(_module(i) for i in items if _uses(i, name)))
+        e2e = [i for i in items if _uses(i, name) and _module(i).startswith("tests/e2e/")]
+        if len({i.get_closest_marker("beside_real_nodes") is None for i in e2e}) > 1:
+            # make test-e2e's two processes would each start it (tests/e2e/conftest.py)
+            raise pytest.UsageError(f"shared cluster {name} is used by e2e modules both beside and among the "
+                                    f"real-node ones: {', '.join(dict.fromkeys(_module(i) for i in e2e))}; "
+                                    "give them the same BESIDE_REAL_NODES")
         if len(users) < 2:
             continue
         moved = [i for i in items if _module(i) in users[1:]]

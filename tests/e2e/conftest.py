@@ -1,10 +1,40 @@
 """The e2e tests' helpers. The shared clusters (`local_cluster`, `platform`, `namespace`,
 `real_platform`) are session fixtures of tests/clusters.py, visible to every test; the helpers for a
-module that starts a cluster of its own are there too, and importable from here as before."""
+module that starts a cluster of its own are there too, and importable from here as before.
+
+`make test-e2e` runs two pytest processes side by side (tests/support/e2e_tier.py), one per group:
+- the real-node group: every module that starts a real node or a sandbox (a network namespace), runs
+  `trainstack e2e` or `e2e down`, or checks what such a run leaves on the host (iptables, sysctls,
+  network namespaces, cgroups, run folders): one module after another, as in a plain `pytest tests/e2e`;
+- beside it (`-m beside_real_nodes`): the modules that declare `BESIDE_REAL_NODES = True`. They run
+  on the host alone (KWOK clusters on ports the OS picks, torch, JAX and XGBoost in local processes,
+  the Kubeflow SDK offline) and touch nothing the real-node group's checks look at.
+A shared cluster's users stay in one group (tests/clusters.py refuses to collect otherwise):
+`platform` and `local_cluster` are used beside, `real_platform` in the real-node group.
+"""
 
 from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
 
 from clusters import ONE_REAL_NODE, fresh_run_dir, installed, restore, run_first_steps, scratch
 from conftest import need_binaries
 
 __all__ = ["ONE_REAL_NODE", "fresh_run_dir", "installed", "need_binaries", "restore", "run_first_steps", "scratch"]
+
+BESIDE = "beside_real_nodes"  # the marker (pyproject.toml) of the modules that run beside the real-node ones
+HERE = Path(__file__).resolve().parent
+
+
+def beside(module: object) -> bool:
+    """Whether an e2e test module runs beside the real-node modules (it says so: BESIDE_REAL_NODES)."""
+    return bool(getattr(module, "BESIDE_REAL_NODES", False))
+
+
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by it
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if Path(item.path).resolve().parent == HERE and beside(getattr(item, "module", None)):
+            item.add_marker(BESIDE)

@@ -15,6 +15,8 @@ from trainstack.cluster.local import BINARIES
 
 from .conftest import need_binaries
 
+BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
+
 KEYS = ("trainjobs", "nodes", "trainjob_per_s", "raw_jobset_per_s", "raw_job_per_s", "ratio_vs_jobset", "stages",
         "trainer_cpu_s", "trainer_peak_rss_mb", "jobset_cpu_s", "jobset_peak_rss_mb")
 

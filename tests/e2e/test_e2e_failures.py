@@ -20,6 +20,8 @@ from trainstack.e2e.providers.local import LocalProvider
 
 from .conftest import ONE_REAL_NODE, need_binaries
 
+BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
+
 pytestmark = pytest.mark.e2e
 
 

@@ -17,6 +17,8 @@ import pytest
 from conftest import ROOT
 from trainstack import trainenv
 
+BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
+
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
 

@@ -37,6 +37,8 @@ from trainstack.e2e.providers.local import SIMULATED_TAINT, LocalProvider
 
 from .conftest import fresh_run_dir, need_binaries
 
+BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
+
 pytestmark = pytest.mark.e2e
 ROOT = paths.repo_root()
 NS = basemod.NAMESPACE

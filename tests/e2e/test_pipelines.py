@@ -25,6 +25,8 @@ import yaml
 
 from pipeline_support import score, step_fails, tp, train_locally
 
+BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def kubeflow_sdk() -> None:

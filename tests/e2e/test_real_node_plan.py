@@ -8,6 +8,8 @@ from trainstack import images
 from trainstack.cluster import node as nodemod
 from trainstack.e2e.providers import local as localprov
 
+BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
+
 
 def test_mirror_values_point_every_image_at_the_clusters_registry(lock, tmp_path):
     values = yaml.safe_load(localprov.mirror_values(lock, tmp_path / "v.yaml").read_text())

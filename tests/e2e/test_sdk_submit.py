@@ -18,6 +18,8 @@ from conftest import ROOT
 from trainstack import smoke
 from trainstack.cluster.local import free_port
 
+BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
+
 SCRIPT = ROOT / "examples" / "sdk_submit.py"
 pytestmark = pytest.mark.slow  # needs the Kubeflow SDK that `make setup` installs
 

@@ -11,6 +11,8 @@ from conftest import assert_one_line_error, run_cli
 from trainstack import smoke, trainenv
 from trainstack.errors import UserError
 
+BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
+
 
 @pytest.fixture(scope="module")
 def torch_ready() -> None:

@@ -17,6 +17,8 @@ from conftest import ROOT
 from trainstack import images, petenv, smoke, trainenv
 from trainstack.cluster.common import free_port
 
+BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
+
 pytestmark = pytest.mark.frameworks
 
 EXAMPLES = ROOT / "examples"

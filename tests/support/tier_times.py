@@ -1,9 +1,9 @@
 """One test tier's wall time and counts, for the Makefile's test targets (not a test module).
 
 `python tests/support/tier_times.py TIER START EXIT FOLDER`: START is the tier's start (epoch seconds),
-EXIT pytest's exit status; reads FOLDER/TIER.xml (pytest's --junitxml) for the counts, writes
-FOLDER/TIER.json ({"tier", "seconds", "exit", "passed", "failed", "errors", "skipped", "tests"}) and
-prints one line with the wall time.
+EXIT pytest's exit status; reads FOLDER/TIER.xml and FOLDER/TIER-*.xml (pytest's --junitxml; the e2e tier writes one per group)
+for the counts and the slowest modules, writes FOLDER/TIER.json ({"tier", "seconds", "exit", "passed",
+"failed", "errors", "skipped", "tests", "slowest_modules", and "groups" from FOLDER/TIER-groups.json}) and prints one line with the wall time, then the five slowest modules.
 """
 
 from __future__ import annotations
@@ -11,35 +11,27 @@ from __future__ import annotations
 import json
 import sys
 import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
 
-
-def counts(junit: Path) -> dict[str, int]:
-    """Test counts from pytest's junit XML (zeros when pytest wrote none, e.g. a collection crash)."""
-    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    try:
-        root = ET.parse(junit).getroot()
-    except (OSError, ET.ParseError):
-        return {"tests": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0}
-    suites = [root] if root.tag == "testsuite" else root.findall("testsuite")
-    for suite in suites:
-        for key in totals:
-            totals[key] += int(suite.get(key, 0))
-    passed = totals["tests"] - totals["failures"] - totals["errors"] - totals["skipped"]
-    return {"tests": totals["tests"], "passed": passed, "failed": totals["failures"], "errors": totals["errors"],
-            "skipped": totals["skipped"]}
+from trainstack.benchmarks.tests import junit_counts, junit_modules
 
 
 def main(argv: list[str]) -> int:
     tier, start, exit_code, folder = argv[0], float(argv[1]), int(argv[2]), Path(argv[3])
     seconds = round(time.time() - start, 1)
-    record = {"tier": tier, "seconds": seconds, "exit": exit_code, **counts(folder / f"{tier}.xml")}
+    junits = [folder / f"{tier}.xml", *sorted(folder.glob(f"{tier}-*.xml"))]  # e2e: one per group
+    record = {"tier": tier, "seconds": seconds, "exit": exit_code, **junit_counts(*junits),
+              "slowest_modules": junit_modules(*junits)}
+    groups = folder / f"{tier}-groups.json"  # e2e_tier.py's: each group's wall time
+    if groups.is_file() and groups.stat().st_mtime >= start:
+        record["groups"] = json.loads(groups.read_text())
     folder.mkdir(parents=True, exist_ok=True)
     (folder / f"{tier}.json").write_text(json.dumps(record, indent=2) + "\n")
     print(f"tier {tier}: {seconds} s wall, {record['passed']} passed, {record['failed']} failed, "
           f"{record['errors']} errors, {record['skipped']} skipped, exit {exit_code} "
           f"({folder / f'{tier}.json'})")
+    for row in record["slowest_modules"][:5]:
+        print(f"  {row['seconds']:>8.1f} s  {row['module']} ({row['tests']} tests)")
     return 0
 
 

@@ -5,6 +5,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+from support import e2e_tier
 from trainstack.benchmarks import tests as benchtests
 
 
@@ -24,3 +27,47 @@ def test_counts_read_from_a_real_pytest_junit_file(tmp_path):
 
 def test_a_missing_file_counts_nothing(tmp_path):
     assert benchtests.junit_counts(tmp_path / "none.xml")["passed"] == 0
+
+
+def test_slowest_modules_sum_each_modules_tests_with_their_fixtures(tmp_path):
+    pkg = tmp_path / "tests" / "e2e"
+    pkg.mkdir(parents=True)
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "test_slow.py").write_text(
+        "import time, pytest\n"
+        "@pytest.fixture(scope='module')\n"
+        "def cluster():\n"
+        "    time.sleep(0.6)\n"
+        "    yield\n"
+        "def test_a(cluster): pass\n"
+        "class TestMore:\n"
+        "    def test_b(self, cluster): time.sleep(0.2)\n")
+    (pkg / "test_fast.py").write_text("def test_c(): pass\n")
+    junit = tmp_path / "out.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={junit}",
+                    "tests"], capture_output=True, cwd=tmp_path)
+    rows = benchtests.junit_modules(junit)
+    assert [(r["module"], r["tests"]) for r in rows] == [("tests/e2e/test_slow.py", 2), ("tests/e2e/test_fast.py", 1)]
+    assert rows[0]["seconds"] >= 0.8 > rows[1]["seconds"]
+    assert benchtests.junit_modules(tmp_path / "none.xml") == []
+
+
+def test_counts_of_the_e2e_groups_add_up(tmp_path):
+    for name, body in (("a", "def test_ok(): pass\n"), ("b", "def test_ok(): pass\ndef test_bad(): assert False\n")):
+        (tmp_path / f"test_{name}.py").write_text(body)
+        subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={tmp_path / name}.xml",
+                        str(tmp_path / f"test_{name}.py")], capture_output=True, cwd=tmp_path)
+    both = benchtests.junit_counts(tmp_path / "a.xml", tmp_path / "b.xml", tmp_path / "missing.xml")
+    assert both == {"tests": 3, "passed": 2, "failed": 1, "errors": 0, "skipped": 0}
+    assert {r["module"]: r["tests"] for r in benchtests.junit_modules(tmp_path / "a.xml", tmp_path / "b.xml")} == {
+        "test_a.py": 1, "test_b.py": 2}
+
+
+@pytest.mark.parametrize(("codes", "status"), [
+    ([0, 0], 0), ([1, 0], 1), ([0, 1], 1), ([2, 1], 2),
+    ([5, 0], 0), ([0, 5], 0), ([5, 1], 1),  # -k left one group empty: no failure by itself
+    ([5, 5], 5),  # neither group collected a test: the Makefile fails the tier
+])
+def test_the_e2e_tiers_status_from_its_two_groups(codes, status):
+    assert e2e_tier.tier_status(codes) == status

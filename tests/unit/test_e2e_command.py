@@ -260,3 +260,12 @@ def test_lws_host_config_has_no_leader_election_it_cannot_place(tmp_path):
     assert out["webhook"]["certDir"] == str(ctl.cert_dir) and out["webhook"]["port"] == 30003
     assert out["health"]["healthProbeBindAddress"] == "127.0.0.1:30004"
     assert config["leaderElection"]["leaderElect"] is True, "the chart's config is not modified"
+
+
+def test_two_runs_started_in_the_same_second_get_their_own_folders(tmp_path, monkeypatch):
+    from trainstack.e2e.command import new_run_dir
+
+    monkeypatch.setenv("TRAINSTACK_CACHE", str(tmp_path))
+    first, second = new_run_dir("20261204-090000"), new_run_dir("20261204-090000")
+    assert (first.name, second.name) == ("run-20261204-090000", "run-20261204-090000-1")
+    assert first.is_dir() and second.is_dir() and first.parent == second.parent == tmp_path / "e2e"

@@ -3,14 +3,15 @@
 It clones HEAD (committed work only) into a scratch folder, then runs what `make test` runs, one
 make target at a time so each is timed on its own: `make setup` (every step skips itself when the
 tool cache is warm), `make lint`, then `make test-unit`, `test-chart`, `test-integration` and
-`test-e2e`. Each tier's pytest writes a JUnit file (artifacts/test-times/TIER.xml); its counts (passed, failed, skipped, errors) and
-the tier's wall time go into bench/results/tests.json beside the budgets the fast-feedback work set
+`test-e2e`. Each tier's pytest writes a JUnit file (artifacts/test-times/TIER.xml); its counts (passed, failed, skipped, errors),
+its slowest modules and the tier's wall time go into bench/results/tests.json beside the budgets the fast-feedback work set
 (warm `make test` 15 minutes, bar 20; cold setup plus `make test` 60 minutes).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
@@ -27,20 +28,38 @@ BAR_WARM_S = 20 * 60
 BUDGET_COLD_S = 60 * 60
 
 
-def junit_counts(path: Path) -> dict[str, int]:
-    """passed/failed/errors/skipped of a pytest JUnit file (all zero when the file is missing)."""
+def _roots(paths: tuple[Path, ...]) -> list[ET.Element]:
+    """The parsed JUnit files of PATHS that exist (a tier that crashed early writes none)."""
+    return [ET.parse(p).getroot() for p in paths if p.is_file()]
+
+
+def junit_counts(*paths: Path) -> dict[str, int]:
+    """passed/failed/errors/skipped of pytest JUnit files, added up (all zero when none exists)."""
     counts = {"tests": 0, "failed": 0, "errors": 0, "skipped": 0}
-    if not path.is_file():
-        return {**counts, "passed": 0}
-    root = ET.parse(path).getroot()
-    suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
-    for suite in suites:
-        counts["tests"] += int(suite.get("tests", 0))
-        counts["failed"] += int(suite.get("failures", 0))
-        counts["errors"] += int(suite.get("errors", 0))
-        counts["skipped"] += int(suite.get("skipped", 0))
+    for root in _roots(paths):
+        suites = [root] if root.tag == "testsuite" else list(root.iter("testsuite"))
+        for suite in suites:
+            counts["tests"] += int(suite.get("tests", 0))
+            counts["failed"] += int(suite.get("failures", 0))
+            counts["errors"] += int(suite.get("errors", 0))
+            counts["skipped"] += int(suite.get("skipped", 0))
     counts["passed"] = counts["tests"] - counts["failed"] - counts["errors"] - counts["skipped"]
     return counts
+
+
+def junit_modules(*paths: Path, top: int = 12) -> list[dict[str, Any]]:
+    """The TOP test modules of pytest JUnit files by the seconds their tests took (setup and teardown
+    included: a module's own cluster counts), slowest first: [{"module", "seconds", "tests"}]."""
+    seconds: dict[str, float] = {}
+    tests: dict[str, int] = {}
+    for case in (c for root in _roots(paths) for c in root.iter("testcase")):
+        # classname is the test's dotted module path (plus its class, if any): tests.e2e.test_gitops[.Class]
+        parts = (case.get("classname") or "?").split(".")
+        module = "/".join(p for p in parts if not p[:1].isupper()) + ".py"
+        seconds[module] = seconds.get(module, 0.0) + float(case.get("time") or 0)
+        tests[module] = tests.get(module, 0) + 1
+    ranked = sorted(seconds, key=lambda m: -seconds[m])[:top]
+    return [{"module": m, "seconds": round(seconds[m], 1), "tests": tests[m]} for m in ranked]
 
 
 def tool_cache_warm() -> bool:
@@ -80,10 +99,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for tier in tiers:
             with progress.step(f"make test-{tier} (fresh clone)"):
                 seconds, code = _make(clone, f"test-{tier}", logs / f"test-{tier}.log")
-            junit = logs / f"{tier}.xml"  # the tier target's own JUnit file (artifacts/test-times/TIER.xml)
-            if (clone / "artifacts" / "test-times" / f"{tier}.xml").is_file():
-                shutil.copy(clone / "artifacts" / "test-times" / f"{tier}.xml", junit)
-            rows.append({"step": f"test-{tier}", "tier": tier, "seconds": seconds, "exit": code, **junit_counts(junit)})
+            # the tier target's own JUnit files: artifacts/test-times/TIER.xml, and TIER-*.xml (e2e: one per group)
+            times = clone / "artifacts" / "test-times"
+            junits = []
+            for found in [times / f"{tier}.xml", *sorted(times.glob(f"{tier}-*.xml"))]:
+                if found.is_file():
+                    junits.append(Path(shutil.copy(found, logs / found.name)))
+            row = {"step": f"test-{tier}", "tier": tier, "seconds": seconds, "exit": code, **junit_counts(*junits),
+                   "slowest_modules": junit_modules(*junits)}
+            if (times / f"{tier}-groups.json").is_file():  # the e2e tier's groups, side by side
+                row["groups"] = json.loads((times / f"{tier}-groups.json").read_text())
+            rows.append(row)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     total = round(sum(r["seconds"] for r in rows), 1)

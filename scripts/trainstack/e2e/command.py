@@ -62,6 +62,21 @@ def _real_node_count(text: str) -> int:
     return count
 
 
+def new_run_dir(stamp: str) -> Path:
+    """A run's own folder, run-STAMP (short: containerd sockets live under it); -1, -2, ... when another
+    run started in the same second (two `trainstack e2e` side by side never share one)."""
+    base = paths.cache_dir() / "e2e"
+    base.mkdir(parents=True, exist_ok=True)
+    for n in range(100):
+        run_dir = base / (f"run-{stamp}" + (f"-{n}" if n else ""))
+        try:
+            run_dir.mkdir()
+            return run_dir
+        except FileExistsError:
+            continue
+    raise UserError(f"{base}: 100 run folders named run-{stamp}*: remove the old ones ('trainstack e2e down')")
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
@@ -102,8 +117,7 @@ def run(args: argparse.Namespace) -> int:
         check_args(args)
     lock = lockmod.load()
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    run_dir = paths.cache_dir() / "e2e" / f"run-{stamp}"
-    run_dir.mkdir(parents=True, exist_ok=True)
+    run_dir = new_run_dir(stamp)
     start = time.monotonic()
     provider = choose(args.provider, run_dir, lock, args)
     cache = " with the data cache" if args.data_cache else ""
