@@ -9,6 +9,10 @@ then writes FOLDER/e2e-groups.json (each group's wall seconds and exit status) a
 tier's status: 0 when both passed, 5 when neither collected a test (PYTEST_ARGS' -k may leave one
 group empty: that group alone is no failure), else the first failing group's status.
 Which modules run beside the real-node ones, and why that is safe: tests/e2e/conftest.py.
+
+Two processes rather than pytest-xdist's `--dist loadgroup`: under pytest 9.2 that mode silently
+stops grouping (it renames item._nodeid, which pytest 9 no longer reads: pytest-dev/pytest-xdist#1386,
+open in December 2026), and the real-node modules must never run two at a time.
 """
 
 from __future__ import annotations
