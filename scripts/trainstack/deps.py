@@ -10,6 +10,8 @@ never deletes them, so TrainJobs survive `helm uninstall`. Nothing here is commi
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -95,16 +97,24 @@ def verify_chart_lock(chart_dir: Path, lock: lockmod.Lock) -> None:
 
 # -- sources --------------------------------------------------------------------------------
 
-def _try_oci(chart_dir: Path, lock: lockmod.Lock) -> str:
-    """Run `helm dependency build`; returns '' on success or the reason it failed."""
+def _try_oci(chart_dir: Path, lock: lockmod.Lock, out_dir: Path) -> str:
+    """`helm dependency build` in a scratch copy of Chart.yaml and Chart.lock, the archives left in
+    OUT_DIR; returns '' on success or the reason it failed."""
+    scratch = out_dir.parent / "chart"
+    (scratch / "charts").mkdir(parents=True)
+    for name in ("Chart.yaml", "Chart.lock"):
+        shutil.copyfile(chart_dir / name, scratch / name)
     try:
-        result = helm.run(["dependency", "build", str(chart_dir), "--skip-refresh"], lock=lock,
+        result = helm.run(["dependency", "build", str(scratch), "--skip-refresh"], lock=lock,
                           timeout=OCI_TIMEOUT_S, check=False)
     except proc.CommandError as err:  # ran past OCI_TIMEOUT_S, or could not start
         return f"no answer within {OCI_TIMEOUT_S}s" if "timed out" in err.message else err.message
-    if result.returncode == 0:
-        return ""
-    return output_line(result.stderr or result.stdout, markers=(), empty=f"helm exited {result.returncode}")
+    if result.returncode != 0:
+        return output_line(result.stderr or result.stdout, markers=(), empty=f"helm exited {result.returncode}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for archive in (scratch / "charts").glob("*.tgz"):
+        archive.rename(out_dir / archive.name)
+    return ""
 
 
 def _verified_zip(source: lockmod.ModuleSource) -> Path:
@@ -215,23 +225,50 @@ def fetch_sources(lock: lockmod.Lock) -> dict[str, str]:
     return found
 
 
-def _clean(out_dir: Path) -> None:
-    if out_dir.is_dir():
-        for child in out_dir.iterdir():
-            if child.suffix == ".tgz" or child.name == REPORT:
-                child.unlink()
+def _install(staged: Path, target: Path, managed) -> None:
+    """Move STAGED's files into TARGET one os.replace at a time, then remove TARGET's other files that
+    MANAGED(path) says are ours. A `helm template` reading TARGET meanwhile finds the old file or the
+    new one, never none and never half of one (emptying the folder first failed renders running
+    beside a rebuild: "missing in charts/ directory")."""
+    target.mkdir(parents=True, exist_ok=True)
+    names = {item.name for item in staged.iterdir()}
+    for name in sorted(names, key=lambda n: n == REPORT):  # the report last: it says the rest is there
+        os.replace(staged / name, target / name)
+    for child in target.iterdir():
+        if child.is_file() and child.name not in names and managed(child):
+            child.unlink()
 
 
-def _write_crds(chart_dir: Path, lock: lockmod.Lock) -> list[str]:
-    """Render the Trainer chart's CRD templates into crds/ (upstream ships them as templates)."""
-    pin = lock.chart("kubeflow-trainer")
-    archive = chart_dir / "charts" / f"kubeflow-trainer-{pin.version}.tgz"
+def _ours_in_charts(path: Path) -> bool:
+    return path.suffix == ".tgz" or path.name == REPORT
+
+
+@contextlib.contextmanager
+def _staging(chart_dir: Path):
+    """A scratch folder beside the chart (same file system, so its files move in with a rename; not
+    inside it, where Helm would read it as part of the chart)."""
+    with tempfile.TemporaryDirectory(prefix=".trainstack-deps-", dir=chart_dir.parent) as tmp:
+        yield Path(tmp)
+
+
+@contextlib.contextmanager
+def _exclusive(chart_dir: Path):
+    """One build of CHART_DIR's dependencies at a time, across processes (xdist workers, the e2e
+    groups, a render in another shell): the lock file lives in the cache, named by the chart's path."""
+    key = hashlib.sha256(str(chart_dir.resolve()).encode()).hexdigest()[:16]
+    lock_file = paths.cache_dir() / "locks" / f"deps-{key}.lock"
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _write_crds(archive: Path, lock: lockmod.Lock, crd_dir: Path) -> list[str]:
+    """Render the Trainer chart's CRD templates (upstream ships them as templates) into CRD_DIR."""
     rendered = helm.run(helm.template_args(archive, "--set", "crds.enabled=true", "--set", "jobset.install=false",
                                            "--set", "dataCache.enabled=false", release="crds", namespace="default"),
                         lock=lock).stdout
-    crd_dir = chart_dir / "crds"
-    shutil.rmtree(crd_dir, ignore_errors=True)
-    crd_dir.mkdir()
+    crd_dir.mkdir(parents=True, exist_ok=True)
     names = []
     for doc in yamlio.load_all(rendered):
         if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
@@ -272,22 +309,52 @@ def _store_dir(chart_dir: Path, lock: lockmod.Lock, used: str) -> Path:
     return paths.cache_dir() / "deps" / f"{key}-{used}"
 
 
-def _from_store(chart_dir: Path, lock: lockmod.Lock, source: str) -> dict | None:
-    """Fill charts/ and crds/ from the store (a fresh checkout of a commit built before); the report, or None."""
+def _stage_from_store(chart_dir: Path, lock: lockmod.Lock, source: str, staging: Path) -> dict | None:
+    """Copy a stored build of this lock into STAGING (a fresh checkout of a commit built before);
+    its report, or None when none is stored whole."""
     for used in (("oci", "source") if source == "auto" else (source,)):
         stored = _store_dir(chart_dir, lock, used)
         try:
             report = json.loads((stored / "charts" / REPORT).read_text())
         except (OSError, ValueError):
             continue
+        wanted = [stored / "charts" / f"{p.name}-{p.version}.tgz" for p in lock.charts()]
+        wanted += [stored / "crds" / f"{name}.yaml" for name in report.get("crds", [])]
+        if report.get("fingerprint") != fingerprint(chart_dir, lock) or not all(p.is_file() for p in wanted):
+            continue
         for sub in ("charts", "crds"):
-            target = chart_dir / sub
-            target.mkdir(parents=True, exist_ok=True)
-            for item in (stored / sub).iterdir():
-                shutil.copyfile(item, target / item.name)
-        if up_to_date(chart_dir, lock):
-            return report
+            shutil.copytree(stored / sub, staging / sub)
+        (staging / "charts" / REPORT).unlink()  # written again, last, by build
+        return report
     return None
+
+
+def _stage_build(chart_dir: Path, lock: lockmod.Lock, source: str, staging: Path) -> dict:
+    """Build the dependencies into STAGING/charts and the CRDs into STAGING/crds; the report."""
+    out_dir = staging / "charts"
+    oci_error = ""
+    used = "source"
+    if source in ("auto", "oci"):
+        with progress.step("helm dependency build (OCI chart repositories)"):
+            oci_error = _try_oci(chart_dir, lock, out_dir)
+        if not oci_error:
+            used = "oci"
+        elif source == "oci":
+            raise UserError(f"the OCI chart repositories could not be reached: {oci_error}",
+                            "check network access to the registries, or run 'trainstack deps --source source'")
+        else:
+            shutil.rmtree(out_dir, ignore_errors=True)
+            progress.info(f"OCI chart repositories unreachable ({oci_error}); building from pinned upstream source")
+    if used == "source":
+        _build_from_source(chart_dir, lock, out_dir)
+    charts = {p.name: f"{p.name}-{p.version}.tgz" for p in lock.charts()}
+    missing = sorted(name for name in charts.values() if not (out_dir / name).is_file())
+    if missing:
+        raise UserError(f"{chart_dir / 'Chart.yaml'}: the {used} build left no {', '.join(missing)}",
+                        "check the chart versions pinned under charts in trainstack.lock.yaml")
+    crds = _write_crds(out_dir / charts["kubeflow-trainer"], lock, staging / "crds")
+    return {"source": used, "oci_error": oci_error, "charts": charts, "crds": crds,
+            "fingerprint": fingerprint(chart_dir, lock)}
 
 
 def _to_store(chart_dir: Path, lock: lockmod.Lock, used: str) -> None:
@@ -312,58 +379,42 @@ def build(source: str = "auto", chart_dir: Path | None = None, lock: lockmod.Loc
     """Fill charts/ (and crds/) of the umbrella chart. source: auto | oci | source.
 
     With force=False nothing is done when they were already built from this lock. With
-    sources=False the lock's other sources are not fetched ahead of time (a render needs none)."""
+    sources=False the lock's other sources are not fetched ahead of time (a render needs none).
+    One build at a time per chart; the files are built aside and moved in one by one, so a render
+    running meanwhile never finds one missing."""
     lock = lock or lockmod.load()
     chart_dir = chart_dir or paths.chart_dir()
     if source not in ("auto", "oci", "source"):
         raise UserError(f"unknown dependency source '{source}'", "use auto, oci or source", exit_code=2)
     verify_chart_lock(chart_dir, lock)
-    previous = None if force else up_to_date(chart_dir, lock)
-    if previous and source in ("auto", previous["source"]):
-        charts = {name: str(chart_dir / "charts" / archive) for name, archive in previous["charts"].items()}
-        return DepsResult(source=previous["source"], charts=charts, crds=previous["crds"],
-                          oci_error=previous.get("oci_error", ""), skipped=True)
     out_dir = chart_dir / "charts"
-    _clean(out_dir)
-    if not force:  # a fresh checkout of a lock built before: the same files, copied
-        stored = _from_store(chart_dir, lock, source)
-        if stored:
+    with _exclusive(chart_dir):
+        previous = None if force else up_to_date(chart_dir, lock)
+        if previous and source in ("auto", previous["source"]):
+            charts = {name: str(out_dir / archive) for name, archive in previous["charts"].items()}
+            return DepsResult(source=previous["source"], charts=charts, crds=previous["crds"],
+                              oci_error=previous.get("oci_error", ""), skipped=True)
+        with _staging(chart_dir) as staging:
+            report = None if force else _stage_from_store(chart_dir, lock, source, staging)
+            built = report is None
+            if built:
+                report = _stage_build(chart_dir, lock, source, staging)
+                report["sources"] = {}
             if sources:  # what a full `trainstack deps` does besides: every other pinned source, verified
-                stored["sources"] = fetch_sources(lock)
-                (out_dir / REPORT).write_text(json.dumps(stored, indent=2, sort_keys=True) + "\n")
-            charts = {name: str(out_dir / archive) for name, archive in stored["charts"].items()}
-            return DepsResult(source=stored["source"], charts=charts, crds=stored["crds"],
-                              oci_error=stored.get("oci_error", ""))
-        _clean(out_dir)
-    oci_error = ""
-    used = "source"
-    charts = {}
-    if source in ("auto", "oci"):
-        with progress.step("helm dependency build (OCI chart repositories)"):
-            oci_error = _try_oci(chart_dir, lock)
-        if not oci_error:
-            used = "oci"
-            charts = {p.name: str(out_dir / f"{p.name}-{p.version}.tgz") for p in lock.charts()}
-        elif source == "oci":
-            raise UserError(f"the OCI chart repositories could not be reached: {oci_error}",
-                            "check network access to the registries, or run 'trainstack deps --source source'")
-        else:
-            _clean(out_dir)
-            progress.info(f"OCI chart repositories unreachable ({oci_error}); building from pinned upstream source")
-    if used == "source":
-        charts = _build_from_source(chart_dir, lock, out_dir)
-    crds = _write_crds(chart_dir, lock)
-    fetched = fetch_sources(lock) if sources else {}
-    result = DepsResult(source=used, charts=charts, crds=crds, oci_error=oci_error)
-    report = {"source": used, "oci_error": oci_error, "charts": {k: Path(v).name for k, v in charts.items()},
-              "crds": crds, "sources": fetched, "fingerprint": fingerprint(chart_dir, lock)}
-    (out_dir / REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
-    _to_store(chart_dir, lock, used)
-    return result
+                report["sources"] = fetch_sources(lock)
+            (staging / "charts" / REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
+            _install(staging / "crds", chart_dir / "crds", lambda path: True)
+            _install(staging / "charts", out_dir, _ours_in_charts)
+        if built:
+            _to_store(chart_dir, lock, report["source"])
+    charts = {name: str(out_dir / archive) for name, archive in report["charts"].items()}
+    return DepsResult(source=report["source"], charts=charts, crds=report["crds"],
+                      oci_error=report.get("oci_error", ""))
 
 
 def ensure(lock: lockmod.Lock | None = None) -> None:
-    """Build the dependencies when they are missing (render and e2e call this)."""
+    """Build the dependencies when they are missing (render and e2e call this); a second process
+    asking meanwhile waits for the first build and then finds it done."""
     chart_dir = paths.chart_dir()
     report = chart_dir / "charts" / REPORT
     lock = lock or lockmod.load()
