@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .api import JOBSET_API, LWS_API, TRAINER_API  # by name: `api` is the client here
+from .api import GANG_GROUP, GANG_VERSION, JOBSET_API, LWS_API, TRAINER_API  # by name: `api` is the client here
 from .errors import UserError
 
 # The kubernetes client (and urllib3 under it) is imported inside the functions that use it: importing
@@ -200,6 +200,7 @@ API_VERSIONS = {
     "trainjobs": TRAINER_API, "trainingruntimes": TRAINER_API, "clustertrainingruntimes": TRAINER_API,
     "jobsets": JOBSET_API, "leaderworkersets": LWS_API,
     "applications": "argoproj.io/v1alpha1", "applicationsets": "argoproj.io/v1alpha1",
+    "podgroups": f"{GANG_GROUP}/{GANG_VERSION}",
 }
 
 

@@ -99,7 +99,11 @@ def test_staging_and_prod_renders_differ_exactly_as_their_own_values_say():
     assert prod_own["policies"]["rules"]["requiredLabels"]["enabled"] is True
     labels_rule = {("ValidatingAdmissionPolicy", "", "trainstack-required-labels"),
                    ("ValidatingAdmissionPolicyBinding", "", "trainstack-required-labels")}
-    assert set(prod) - set(staging) == team_objects | labels_rule
+    # and, tracking being on in both, the tracking server's Role and RoleBinding in each team's namespace
+    tracked = {k for k in prod if k[0] in ("Role", "RoleBinding") and k[2] == "trainstack-tracking-accounts"
+               and k[1] != "kubeflow-system"}
+    assert {k[1] for k in tracked} == teams
+    assert set(prod) - set(staging) == team_objects | labels_rule | tracked
     assert set(staging) - set(prod) == set()
 
     # objects both have, differing: the two controllers (resources only) and the teams' policy params
@@ -107,7 +111,18 @@ def test_staging_and_prod_renders_differ_exactly_as_their_own_values_say():
     trainer = ("Deployment", "kubeflow-system", "kubeflow-trainer-controller-manager")
     jobset = ("Deployment", "kubeflow-system", "jobset-controller")
     params = ("ConfigMap", "kubeflow-system", "trainstack-policy-params")
-    assert differ == {trainer, jobset, params}
+    # the tracking server's list of tracked namespaces (prod's teams), its pod's checksum of that list, and
+    # its NetworkPolicy, which admits them
+    tracking = {(kind, "kubeflow-system", "trainstack-tracking") for kind in ("ConfigMap", "Deployment", "NetworkPolicy")}
+    assert differ == {trainer, jobset, params} | tracking
+    listed = {env: json.loads(objs[("ConfigMap", "kubeflow-system", "trainstack-tracking")]["data"]["namespaces.json"])
+              for env, objs in (("staging", staging), ("prod", prod))}
+    assert listed == {"staging": [], "prod": sorted(teams)}
+    pods = {env: copy.deepcopy(objs[("Deployment", "kubeflow-system", "trainstack-tracking")]["spec"]["template"])
+            for env, objs in (("staging", staging), ("prod", prod))}
+    for pod in pods.values():
+        pod["metadata"]["annotations"].pop("checksum/config")
+    assert pods["staging"] == pods["prod"]
     for key, values in ((trainer, ("kubeflow-trainer", "manager")), (jobset, ("jobset", "controller"))):
         resources = {}
         for env, objs, own in (("staging", staging, staging_own), ("prod", prod, prod_own)):
@@ -185,11 +200,17 @@ def test_objects_added_or_removed_per_environment_are_the_intended_ones():
                    ("PrometheusRule", "trainstack"), ("ConfigMap", "trainstack-dashboard-trainstack"),
                    ("ClusterRole", "trainstack-metrics-reader"), ("ClusterRoleBinding", "trainstack-metrics-reader"),
                    ("ServiceAccount", "trainstack-metrics-scraper"), ("Secret", "trainstack-metrics-scraper-token")}
-    assert ids("staging") - dev == pdbs | registry | monitoring and dev - ids("staging") == set()
+    # Tracking on your PostgreSQL (tests/chart/test_tracking.py checks the objects themselves).
+    tracking = {(d["kind"], d["metadata"]["name"]) for d in rendered("staging")
+                if d["metadata"]["labels"].get("app.kubernetes.io/component") == "tracking"}
+    tracking |= {("ServiceMonitor", "trainstack-tracking")}  # monitoring's, with tracking on
+    assert {("Deployment", "trainstack-tracking"), ("PersistentVolumeClaim", "trainstack-tracking"),
+            ("NetworkPolicy", "trainstack-tracking")} <= tracking
+    assert ids("staging") - dev == pdbs | registry | monitoring | tracking and dev - ids("staging") == set()
     # prod's example teams (its own overlays/prod/values.yaml; tests/chart/test_teams.py checks the objects themselves)
     teams = {(d["kind"], d["metadata"]["name"]) for d in rendered("prod") if "trainstack.io/team" in d["metadata"]["labels"]}
     assert ("Namespace", "team-a") in teams and ("ResourceQuota", "trainstack-team") in teams
-    assert ids("prod") - dev == pdbs | registry | labels | monitoring | teams and dev - ids("prod") == set()
+    assert ids("prod") - dev == pdbs | registry | labels | monitoring | tracking | teams and dev - ids("prod") == set()
     assert ids("cpu-only") - dev == set()
     assert dev - ids("cpu-only") == {("ClusterTrainingRuntime", name) for name in GPU_RUNTIMES}
 
@@ -213,13 +234,18 @@ def test_namespaced_objects_are_in_kubeflow_system_and_cluster_objects_have_no_n
             assert namespace is None, (doc["kind"], doc["metadata"]["name"])
         elif "trainstack.io/team" in doc["metadata"]["labels"]:  # a team's objects live in its namespace
             assert namespace in team_namespaces, (doc["kind"], doc["metadata"]["name"])
+        elif doc["kind"] in ("Role", "RoleBinding") and doc["metadata"]["name"] == "trainstack-tracking-accounts":
+            # the tracking server writes each tracked namespace's credential there (docs/tracking.md)
+            assert namespace in team_namespaces | {"kubeflow-system"}, (doc["kind"], namespace)
         else:
             assert namespace == "kubeflow-system", (doc["kind"], doc["metadata"]["name"])
 
 
 def test_ha_replicas_only_in_staging_and_prod():
     for env in ENVIRONMENTS:
-        replicas = {name: d["spec"]["replicas"] for name, d in objects(env, "Deployment").items()}
+        # (the tracking server is one replica everywhere: its artifacts are on one ReadWriteOnce claim)
+        replicas = {name: d["spec"]["replicas"] for name, d in objects(env, "Deployment").items()
+                    if name != "trainstack-tracking"}
         want = 2 if env in HA_ENVS else 1
         assert replicas == {name: want for name in CONTROLLERS}, env
 
@@ -246,6 +272,8 @@ def test_pdbs_only_in_staging_and_prod_and_they_select_the_controller_pods():
 def test_ha_replicas_prefer_different_nodes():
     for env in HA_ENVS:
         for name, deployment in objects(env, "Deployment").items():
+            if name == "trainstack-tracking":  # one replica (test_ha_replicas_only_in_staging_and_prod)
+                continue
             anti = deployment["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"]
             term = anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"]
             assert term["topologyKey"] == "kubernetes.io/hostname"

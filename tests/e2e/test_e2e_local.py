@@ -127,6 +127,11 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
     assert trained["rendezvous"]["master_ip"] == pods[0]["ip"] and trained["rendezvous"]["rank"] == 1
     assert trained["loss_last"] < trained["loss_first"] * 0.5
     assert min(trained["link_bytes"]["real-1"].values()) >= trained["gradient_bytes"] > 0
+    # one gang on real nodes (docs/scheduling.md): the node step's Job got one PodGroup of minCount 2 from
+    # Kubernetes 1.36's Job controller, both pods name it, and the scheduler bound them together
+    gang = trained["gang"]
+    assert gang["min_count"] == 2 and {p["pod_group"] for p in pods.values()} == {gang["pod_group"]}, gang
+    assert 0 <= gang["bound_within_s"] <= 2, gang
     # its run is in MLflow (read back as its namespace's account through a forwarded port): named after the
     # TrainJob, FINISHED, the loss at every step, the checkpoint; another namespace's account is refused it
     read = steps["its run is in MLflow, and only its team's"]["data"]

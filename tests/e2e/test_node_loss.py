@@ -1,16 +1,25 @@
-"""A real node lost mid-training (tests/e2e: real nodes). The fault cuts real-1's link and kills every
-process of it, so it runs on a two-node cluster of its own: the session's shared real-node platform
-(tests/clusters.py) stays whole for the tests that share it.
+"""Two real nodes of the module's own (tests/e2e: real nodes): first the native gang scheduler on them (a
+TrainJob that needs more nodes than have room binds nothing while a job that fits runs), then a real node
+lost mid-training. The fault cuts real-1's link and kills every process of it, so the module has a cluster
+of its own: the session's shared real-node platform (tests/clusters.py) stays whole for the tests that
+share it.
 """
 
 from __future__ import annotations
 
+import time
+from decimal import Decimal
+from typing import Any
+
 import pytest
+import yaml
 
 from clusters import fresh_run_dir, installed
 from conftest import need_binaries
+from trainstack import api
 from trainstack.cluster.controlplane import BINARIES
 from trainstack.e2e.providers.local import REAL_NODE_TOOLS, LocalProvider
+from trainstack.quantity import parse as quantity
 
 pytestmark = pytest.mark.e2e
 
@@ -20,6 +29,89 @@ def two_nodes():
     need_binaries(*BINARIES, *REAL_NODE_TOOLS, "helm")
     with installed(LocalProvider(fresh_run_dir("nodeloss"), nodes="real", real_nodes=2)) as suite:
         yield suite
+
+
+GANG_NS = "gang-real"
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+
+
+def _free_cpu(kube: Any, node: dict[str, Any]) -> Decimal:
+    """NODE's allocatable CPU less what the pods bound to it request (as the scheduler counts it)."""
+    name = node["metadata"]["name"]
+    pods = kube.kubectl_json("get", "pods", "-A", "--field-selector",
+                             f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed")["items"]
+    used = Decimal(0)
+    for pod in pods:
+        containers = sum((quantity(((c.get("resources") or {}).get("requests") or {}).get("cpu", "0"))
+                          for c in pod["spec"]["containers"]), Decimal(0))
+        inits = [quantity(((c.get("resources") or {}).get("requests") or {}).get("cpu", "0"))
+                 for c in pod["spec"].get("initContainers") or []]
+        used += max([containers, *inits])
+    return quantity(node["status"]["allocatable"]["cpu"]) - used
+
+
+def _submit(kube: Any, name: str, nodes: int, cpu: str) -> None:
+    job = {"apiVersion": api.TRAINER_API, "kind": "TrainJob", "metadata": {"name": name, "namespace": GANG_NS},
+           "spec": {"runtimeRef": {"name": "torch-distributed", "kind": "ClusterTrainingRuntime",
+                                   "apiGroup": api.TRAINER_GROUP},
+                    "trainer": {"numNodes": nodes, "command": ["python3", "-c", "print('trained')"],
+                                "resourcesPerNode": {"requests": {"cpu": cpu}, "limits": {"cpu": cpu}}}}}
+    kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job))
+
+
+def _pods(kube: Any, name: str) -> list[dict[str, Any]]:
+    return kube.kubectl_json("get", "pods", "-n", GANG_NS, "-l", f"{JOBSET_NAME_LABEL}={name}")["items"]
+
+
+def _state(kube: Any, name: str) -> str:
+    job = kube.kubectl_json("get", "trainjob", name, "-n", GANG_NS)
+    return next((c["type"] for c in (job.get("status") or {}).get("conditions") or []
+                 if c["type"] in ("Complete", "Failed") and c["status"] == "True"), "")
+
+
+def test_a_gang_that_cannot_fit_binds_nothing_on_real_nodes_and_a_job_that_fits_runs(two_nodes):
+    """Kubernetes 1.36's gang scheduler on the two real nodes (docs/scheduling.md; tests/integration/test_gang.py
+    has the same on KWOK nodes): each pod asks for more than half of the CPU either node has free, so each node
+    takes one. A 3-node TrainJob gets one PodGroup of minCount 3 and binds none of its pods; a 2-node TrainJob
+    submitted beside it binds on both nodes and completes, so the blocked gang holds no node."""
+    kube = two_nodes.kube
+    real = [n for n in kube.kubectl_json("get", "nodes")["items"]
+            if n["metadata"]["name"] in {r.name for r in two_nodes.provider.cluster.nodes}]
+    free = sorted(_free_cpu(kube, n) for n in real)
+    per_pod = (free[-1] / 2 + Decimal("0.05")).quantize(Decimal("0.001"))
+    assert len(real) == 2 and per_pod <= free[0], f"free CPU on the real nodes: {free}"
+    cpu = f"{int(per_pod * 1000)}m"
+    kube.kubectl("create", "namespace", GANG_NS)
+    try:
+        _submit(kube, "gang3", 3, cpu)
+        deadline = time.monotonic() + 60
+        while len(_pods(kube, "gang3")) < 3 or not kube.kubectl_json("get", api.PODGROUPS, "-n", GANG_NS)["items"]:
+            assert time.monotonic() < deadline, "3 pods and a PodGroup within 60 s"
+            time.sleep(1)
+        groups = kube.kubectl_json("get", api.PODGROUPS, "-n", GANG_NS)["items"]
+        assert [g["spec"]["schedulingPolicy"] for g in groups] == [{"gang": {"minCount": 3}}], groups
+        blocked_since = time.monotonic()
+        while time.monotonic() - blocked_since < 15:
+            assert [p["metadata"]["name"] for p in _pods(kube, "gang3") if p["spec"].get("nodeName")] == []
+            time.sleep(1)
+        submitted = time.monotonic()
+        _submit(kube, "fits2", 2, cpu)
+        deadline = submitted + 420
+        while not _state(kube, "fits2"):
+            assert [p["metadata"]["name"] for p in _pods(kube, "gang3") if p["spec"].get("nodeName")] == [], \
+                "a pod of the gang that cannot fit was bound"
+            assert time.monotonic() < deadline, "TrainJob fits2 did not end within 420 s"
+            time.sleep(1)
+        waited = time.monotonic() - submitted
+        assert _state(kube, "fits2") == "Complete"
+        ran_on = sorted(p["spec"]["nodeName"] for p in _pods(kube, "fits2"))
+        assert ran_on == sorted(n["metadata"]["name"] for n in real), ran_on
+        assert [p["spec"].get("nodeName") for p in _pods(kube, "gang3")] == [None] * 3
+        print(f"\n{cpu} CPU per pod (free: {[str(f) for f in free]}): gang3 (3 nodes) bound nothing for "
+              f"{time.monotonic() - blocked_since:.0f} s; fits2 (2 nodes) Complete {waited:.1f} s after submission, "
+              f"on {ran_on}")
+    finally:
+        kube.kubectl("delete", "namespace", GANG_NS, "--wait=false", check=False)
 
 
 def test_a_real_node_lost_mid_training(two_nodes):

@@ -18,6 +18,7 @@ import ipaddress
 import json
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -113,10 +114,32 @@ def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
     main: dict[str, Any] = containers.get("node") or next(iter(containers.values()), {})
     ended = (main.get("state") or {}).get("terminated") or {}
     index = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-completion-index")
+    scheduled = next((c.get("lastTransitionTime") for c in status.get("conditions") or []
+                      if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
     return {"pod": pod["metadata"]["name"], "index": int(index) if index is not None else None,
-            "node": pod["spec"].get("nodeName"), "ip": status.get("podIP"),
+            "node": pod["spec"].get("nodeName"), "ip": status.get("podIP"), "scheduled_at": scheduled,
+            "pod_group": (pod["spec"].get("schedulingGroup") or {}).get("podGroupName"),
             "image": next((c.get("image") for c in pod["spec"].get("containers", []) if c.get("name") == "node"), None),
             "phase": status.get("phase"), "exit_code": ended.get("exitCode"), "container_id": main.get("containerID")}
+
+
+def gang_of(kube: Any, name: str, pods: list[dict[str, Any]]) -> dict[str, Any]:
+    """The native gang (docs/scheduling.md) of TrainJob NAME, from PODS (pod_facts) and the PodGroup they name:
+    its name, gang minCount, and the seconds between the first and the last pod's binding."""
+    groups = {p["pod_group"] for p in pods}
+    if len(groups) != 1 or None in groups:
+        raise RealNodeFailure(f"TrainJob {name}: its pods name the PodGroups {sorted(map(str, groups))}, not one "
+                              "(the control plane runs the native gang scheduler: every multi-node Job gets one)")
+    group = groups.pop()
+    api = kubeapi.for_kube(kube)
+    found = [g for g in kubeapi.items(api, kubeapi.resource(api, "podgroups", SMOKE_NS))
+             if g["metadata"]["name"] == group]
+    if not found:
+        raise RealNodeFailure(f"TrainJob {name}: its pods name PodGroup {group}, which {SMOKE_NS} does not have")
+    policy = found[0].get("spec", {}).get("schedulingPolicy") or {}
+    times = sorted(datetime.fromisoformat(p["scheduled_at"]) for p in pods if p["scheduled_at"])
+    spread = (times[-1] - times[0]).total_seconds() if len(times) == len(pods) else None
+    return {"pod_group": group, "min_count": (policy.get("gang") or {}).get("minCount"), "bound_within_s": spread}
 
 
 def why_not_complete(kube: Any, name: str, err: BaseException) -> str:
@@ -202,6 +225,11 @@ def train_with_sdk(kube: Any, kubeconfig: Path, real_nodes: list[Any], timeout: 
     used = sorted({f["node"] for f in pods})
     result: dict[str, Any] = {"name": name, "loss_first": loss[0], "loss_last": loss[-1], "pods": pods,
                               "nodes": used, "runtimes": listed, "params": start[0].get("params")}
+    # all or nothing: the Job controller gave the node step's Job one PodGroup of the job's size, and the
+    # scheduler bound both pods together (tests/integration/test_gang.py has the job that cannot fit)
+    result["gang"] = gang_of(kube, name, pods)
+    if result["gang"]["min_count"] != NODES or result["gang"]["bound_within_s"] is None:
+        raise RealNodeFailure(f"TrainJob {name}: its PodGroup is not a gang of {NODES} bound together: {result['gang']}")
     rank0 = next(f for f in pods if f["index"] == 0)
     rank1 = next(f for f in pods if f["index"] == 1)
     result["rendezvous"] = rendezvous_of(kube, rank1["pod"])
