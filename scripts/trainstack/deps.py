@@ -395,11 +395,9 @@ def build(source: str = "auto", chart_dir: Path | None = None, lock: lockmod.Loc
             return DepsResult(source=previous["source"], charts=charts, crds=previous["crds"],
                               oci_error=previous.get("oci_error", ""), skipped=True)
         with _staging(chart_dir) as staging:
-            report = None if force else _stage_from_store(chart_dir, lock, source, staging)
-            built = report is None
-            if built:
-                report = _stage_build(chart_dir, lock, source, staging)
-                report["sources"] = {}
+            stored = None if force else _stage_from_store(chart_dir, lock, source, staging)
+            built = stored is None
+            report = {**_stage_build(chart_dir, lock, source, staging), "sources": {}} if stored is None else stored
             if sources:  # what a full `trainstack deps` does besides: every other pinned source, verified
                 report["sources"] = fetch_sources(lock)
             (staging / "charts" / REPORT).write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")
