@@ -90,7 +90,8 @@ def test_an_unknown_signing_key_is_one_line(signed, tmp_path):
 
 def test_chart_images_lists_what_an_environment_runs_for_mirroring(chart_ready, lock):
     """`trainstack chart images --env ENV`: prod (global.imageRegistry set) runs only mirrored images, and dev's
-    list (no mirror) is what to copy into one: every entry is a reference the lock pins."""
+    list (no mirror) is what to copy into one: every entry is a reference the lock pins. prod runs dev's images
+    and the tracking server's (tracking is on in staging and prod only)."""
     prod = run_cli("chart", "images", "--env", "prod")
     assert prod.returncode == 0, prod.stderr
     refs = prod.stdout.split()
@@ -98,4 +99,6 @@ def test_chart_images_lists_what_an_environment_runs_for_mirroring(chart_ready, 
     dev = run_cli("chart", "images", "--env", "dev").stdout.split()
     pinned = {f"{i.registry}/{i.repository}:{i.tag}" for i in lock.images()}
     assert dev and set(dev) <= pinned, set(dev) - pinned
-    assert {ref.split("/", 1)[1] for ref in dev} == {ref.split("/", 1)[1] for ref in refs}
+    mlflow = lock.image("mlflow")
+    assert {ref.split("/", 1)[1] for ref in dev} | {f"{mlflow.repository}:{mlflow.tag}"} == \
+        {ref.split("/", 1)[1] for ref in refs}

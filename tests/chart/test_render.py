@@ -69,4 +69,4 @@ def test_an_environments_own_values_win_over_the_shared_file(chart_ready, tmp_pa
     result = run_cli("render", "--env", "staging", env={"TRAINSTACK_ROOT": str(root)})
     assert result.returncode == 0, result.stderr
     replicas = {d["metadata"]["name"]: d["spec"]["replicas"] for d in docs_of(result.stdout) if d["kind"] == "Deployment"}
-    assert replicas == {"kubeflow-trainer-controller-manager": 3, "jobset-controller": 2}
+    assert replicas == {"kubeflow-trainer-controller-manager": 3, "jobset-controller": 2, "trainstack-tracking": 1}

@@ -10,21 +10,11 @@ from collections.abc import Iterator
 import pytest
 
 from conftest import need_binaries
-from trainstack import api, helm, paths, proc, tools
+from helm_support import dry_run, error_lines
+from trainstack import api
 from trainstack.cluster.local import BINARIES, LocalCluster
 
 NATIVE_API = f"{api.GANG_GROUP}/{api.GANG_VERSION}/PodGroup"
-
-
-def error_lines(result) -> list[str]:
-    return [ln for ln in (result.stderr + result.stdout).splitlines() if ln.startswith("Error:")]
-
-
-def dry_run(kubeconfig, *args: str, lock=None):
-    """`helm ARGS --dry-run=server` of the working tree's chart against the cluster of KUBECONFIG."""
-    cmd = [str(tools.require("helm", lock)), *args, str(paths.chart_dir()), "-n", api.NAMESPACE,
-           "--dry-run=server", "--kubeconfig", str(kubeconfig)]
-    return proc.run(cmd, check=False, timeout=180, env=helm.env(lock))
 
 
 def test_the_gated_cluster_serves_podgroups_and_the_chart_takes_native_there(platform):
