@@ -288,17 +288,23 @@ def fingerprint(chart_dir: Path, lock: lockmod.Lock) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def up_to_date(chart_dir: Path, lock: lockmod.Lock) -> dict | None:
-    """The last report when charts/ and crds/ were built from exactly this lock, else None."""
+def _whole_report(root: Path, chart_dir: Path, lock: lockmod.Lock) -> dict | None:
+    """The report in ROOT (a chart, or a stored build: charts/ and crds/) when it was built from CHART_DIR's
+    lock and every archive and CRD it names is there, else None."""
     try:
-        report = json.loads((chart_dir / "charts" / REPORT).read_text())
+        report = json.loads((root / "charts" / REPORT).read_text())
     except (OSError, ValueError):
         return None
-    archives = [chart_dir / "charts" / f"{p.name}-{p.version}.tgz" for p in lock.charts()]
-    crds = [chart_dir / "crds" / f"{name}.yaml" for name in report.get("crds", [])]
+    archives = [root / "charts" / f"{p.name}-{p.version}.tgz" for p in lock.charts()]
+    crds = [root / "crds" / f"{name}.yaml" for name in report.get("crds", [])]
     if report.get("fingerprint") != fingerprint(chart_dir, lock) or not all(p.is_file() for p in archives + crds):
         return None
     return report
+
+
+def up_to_date(chart_dir: Path, lock: lockmod.Lock) -> dict | None:
+    """The last report when charts/ and crds/ were built from exactly this lock, else None."""
+    return _whole_report(chart_dir, chart_dir, lock)
 
 
 def _store_dir(chart_dir: Path, lock: lockmod.Lock, used: str) -> Path:
@@ -314,13 +320,8 @@ def _stage_from_store(chart_dir: Path, lock: lockmod.Lock, source: str, staging:
     its report, or None when none is stored whole."""
     for used in (("oci", "source") if source == "auto" else (source,)):
         stored = _store_dir(chart_dir, lock, used)
-        try:
-            report = json.loads((stored / "charts" / REPORT).read_text())
-        except (OSError, ValueError):
-            continue
-        wanted = [stored / "charts" / f"{p.name}-{p.version}.tgz" for p in lock.charts()]
-        wanted += [stored / "crds" / f"{name}.yaml" for name in report.get("crds", [])]
-        if report.get("fingerprint") != fingerprint(chart_dir, lock) or not all(p.is_file() for p in wanted):
+        report = _whole_report(stored, chart_dir, lock)
+        if report is None:
             continue
         for sub in ("charts", "crds"):
             shutil.copytree(stored / sub, staging / sub)
@@ -366,7 +367,7 @@ def _to_store(chart_dir: Path, lock: lockmod.Lock, used: str) -> None:
     for sub in ("charts", "crds"):
         (tmp / sub).mkdir(parents=True)
         for item in (chart_dir / sub).iterdir():
-            if item.is_file() and (sub == "crds" or item.suffix == ".tgz" or item.name == REPORT):
+            if item.is_file() and (sub == "crds" or _ours_in_charts(item)):
                 shutil.copyfile(item, tmp / sub / item.name)
     try:
         tmp.rename(stored)

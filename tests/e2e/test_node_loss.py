@@ -18,6 +18,7 @@ from clusters import fresh_run_dir, installed
 from conftest import need_binaries
 from trainstack import api
 from trainstack.cluster.controlplane import BINARIES
+from trainstack.e2e import teams_live as tl
 from trainstack.e2e.providers.local import REAL_NODE_TOOLS, LocalProvider
 from trainstack.quantity import parse as quantity
 
@@ -32,7 +33,6 @@ def two_nodes():
 
 
 GANG_NS = "gang-real"
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 
 
 def _free_cpu(kube: Any, node: dict[str, Any]) -> Decimal:
@@ -59,14 +59,10 @@ def _submit(kube: Any, name: str, nodes: int, cpu: str) -> None:
     kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job))
 
 
-def _pods(kube: Any, name: str) -> list[dict[str, Any]]:
-    return kube.kubectl_json("get", "pods", "-n", GANG_NS, "-l", f"{JOBSET_NAME_LABEL}={name}")["items"]
-
-
 def _state(kube: Any, name: str) -> str:
-    job = kube.kubectl_json("get", "trainjob", name, "-n", GANG_NS)
-    return next((c["type"] for c in (job.get("status") or {}).get("conditions") or []
-                 if c["type"] in ("Complete", "Failed") and c["status"] == "True"), "")
+    """Complete or Failed once TrainJob NAME has ended, else ''."""
+    conds = tl.conditions(tl.trainjob(kube, GANG_NS, name))
+    return next((kind for kind in ("Complete", "Failed") if conds.get(kind) == "True"), "")
 
 
 def test_a_gang_that_cannot_fit_binds_nothing_on_real_nodes_and_a_job_that_fits_runs(two_nodes):
@@ -85,28 +81,28 @@ def test_a_gang_that_cannot_fit_binds_nothing_on_real_nodes_and_a_job_that_fits_
     try:
         _submit(kube, "gang3", 3, cpu)
         deadline = time.monotonic() + 60
-        while len(_pods(kube, "gang3")) < 3 or not kube.kubectl_json("get", api.PODGROUPS, "-n", GANG_NS)["items"]:
+        while len(tl.pods(kube, GANG_NS, "gang3")) < 3 or not kube.kubectl_json("get", api.PODGROUPS, "-n", GANG_NS)["items"]:
             assert time.monotonic() < deadline, "3 pods and a PodGroup within 60 s"
             time.sleep(1)
         groups = kube.kubectl_json("get", api.PODGROUPS, "-n", GANG_NS)["items"]
         assert [g["spec"]["schedulingPolicy"] for g in groups] == [{"gang": {"minCount": 3}}], groups
         blocked_since = time.monotonic()
         while time.monotonic() - blocked_since < 15:
-            assert [p["metadata"]["name"] for p in _pods(kube, "gang3") if p["spec"].get("nodeName")] == []
+            assert [p["metadata"]["name"] for p in tl.pods(kube, GANG_NS, "gang3") if p["spec"].get("nodeName")] == []
             time.sleep(1)
         submitted = time.monotonic()
         _submit(kube, "fits2", 2, cpu)
         deadline = submitted + 420
         while not _state(kube, "fits2"):
-            assert [p["metadata"]["name"] for p in _pods(kube, "gang3") if p["spec"].get("nodeName")] == [], \
+            assert [p["metadata"]["name"] for p in tl.pods(kube, GANG_NS, "gang3") if p["spec"].get("nodeName")] == [], \
                 "a pod of the gang that cannot fit was bound"
             assert time.monotonic() < deadline, "TrainJob fits2 did not end within 420 s"
             time.sleep(1)
         waited = time.monotonic() - submitted
         assert _state(kube, "fits2") == "Complete"
-        ran_on = sorted(p["spec"]["nodeName"] for p in _pods(kube, "fits2"))
+        ran_on = sorted(p["spec"]["nodeName"] for p in tl.pods(kube, GANG_NS, "fits2"))
         assert ran_on == sorted(n["metadata"]["name"] for n in real), ran_on
-        assert [p["spec"].get("nodeName") for p in _pods(kube, "gang3")] == [None] * 3
+        assert [p["spec"].get("nodeName") for p in tl.pods(kube, GANG_NS, "gang3")] == [None] * 3
         print(f"\n{cpu} CPU per pod (free: {[str(f) for f in free]}): gang3 (3 nodes) bound nothing for "
               f"{time.monotonic() - blocked_since:.0f} s; fits2 (2 nodes) Complete {waited:.1f} s after submission, "
               f"on {ran_on}")
