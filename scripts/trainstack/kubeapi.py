@@ -27,8 +27,10 @@ REQUEST_TIMEOUT = (10, 60)
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 
 
-def client(kubeconfig: Path | str | None = None, context: str | None = None, pool: int | None = None) -> Any:
-    """An ApiClient for KUBECONFIG's CONTEXT (the current one when None), with retries."""
+def client(kubeconfig: Path | str | None = None, context: str | None = None, pool: int | None = None,
+           retry_statuses: tuple[int, ...] = RETRY_STATUSES) -> Any:
+    """An ApiClient for KUBECONFIG's CONTEXT (the current one when None), with retries: on a refused connection,
+    and on the answers in RETRY_STATUSES."""
     from kubernetes import config  # heavy: see the note at the top
     from kubernetes.config.config_exception import ConfigException
     from urllib3.util.retry import Retry
@@ -42,7 +44,7 @@ def client(kubeconfig: Path | str | None = None, context: str | None = None, poo
         raise UserError(f"no usable kube context in {where}: {str(err).splitlines()[0]}",
                         "set KUBECONFIG or pass --kubeconfig/--context") from None
     api.configuration.retries = Retry(total=5, connect=5, read=2, backoff_factor=0.2,
-                                      status_forcelist=RETRY_STATUSES, raise_on_status=False)
+                                      status_forcelist=retry_statuses, raise_on_status=False)
     api.rest_client.pool_manager.connection_pool_kw["retries"] = api.configuration.retries
     if pool:
         api.configuration.connection_pool_maxsize = pool

@@ -44,6 +44,7 @@ RANK0_SELECTOR = f"{JOBSET_NAME},jobset.sigs.k8s.io/replicatedjob-name=node,batc
 RUN_LOG_BYTES = 256 * 1024  # the head of rank 0's log: the run is started before training
 RUNS_LIMIT = 100  # TrainJobs whose run --runs looks up (the newest first)
 LOG_READERS = 8  # rank-0 logs read at once
+KUBELET_RETRY_STATUSES = (429, 503)  # the answers a log read (the kubelet's, through the API server) retries
 PAGE = 500
 DETAIL_LIMIT = 50  # TrainJobs listed one by one in text output with --all-namespaces
 
@@ -123,6 +124,9 @@ class Cluster:
             raise UserError(f"no usable kube context in {where}: {str(err).splitlines()[0]}",
                             "set KUBECONFIG or pass --kubeconfig/--context") from None
         self.api = kubeapi.client(kubeconfig, context)
+        # a pod's log comes from its node's kubelet: a 500 there (the kubelet cannot be reached) is no overloaded
+        # API server, and five retries of it cost 6 s per pod
+        self.kubelet_api = kubeapi.client(kubeconfig, context, retry_statuses=KUBELET_RETRY_STATUSES)
         self.context = chosen
         self._client = client
 
@@ -131,13 +135,15 @@ class Cluster:
         data = self.read(path, params)
         return None if data is None else dict(json.loads(data))
 
-    def read(self, path: str, params: dict[str, Any] | None = None, accept: str = "application/json") -> bytes | None:
-        """GET path: the body, None when the resource does not exist (404)."""
+    def read(self, path: str, params: dict[str, Any] | None = None, accept: str = "application/json",
+             from_kubelet: bool = False) -> bytes | None:
+        """GET path: the body, None when the resource does not exist (404). FROM_KUBELET: the API server asks a
+        node's kubelet (a pod's log), and a server error is not retried."""
         from kubernetes.client.exceptions import ApiException  # slow to import: see __init__
         from urllib3.exceptions import HTTPError
 
         try:
-            response = self.api.call_api(path, "GET", query_params=list((params or {}).items()),
+            response = (self.kubelet_api if from_kubelet else self.api).call_api(path, "GET", query_params=list((params or {}).items()),
                                          header_params={"Accept": accept},
                                          auth_settings=["BearerToken"], _preload_content=False,
                                          _request_timeout=30)
@@ -326,11 +332,12 @@ def find_runs(cluster: Cluster, namespace: str | None, rows: list[TrainJobRow], 
     def head(key: tuple[str, str]) -> bytes | None:
         try:
             return cluster.read(f"/api/v1/namespaces/{key[0]}/pods/{newest[key]['metadata']['name']}/log",
-                                {"container": "node", "limitBytes": RUN_LOG_BYTES}, accept="*/*")  # text/plain: 406
+                                {"container": "node", "limitBytes": RUN_LOG_BYTES}, accept="*/*",  # text/plain: 406
+                                from_kubelet=True)
         except UserError:
             return None
 
-    # side by side: a node that serves no logs (a simulated one) answers only after seconds
+    # side by side: each read goes through the API server to the pod's kubelet
     with ThreadPoolExecutor(max_workers=LOG_READERS) as pool:
         logs = dict(zip(newest, pool.map(head, newest), strict=True))
     unreadable = 0

@@ -378,3 +378,15 @@ def teardown_module() -> None:
     from kfp.local import config
 
     config.LocalExecutionConfig.instance = None
+
+
+def test_helm_v3_upgrades_what_helm_v4_installed_and_the_charts_helm_test_passes_with_both(real_platform):
+    """Users drive the chart with either client: the release stock helm v4 installed from the cluster's registry
+    passes the chart's `helm test` with helm v4, then with helm v3 after a `helm3 upgrade` from the same
+    published chart (`make e2e` runs helm v4's alone). Each run: the golden runtimes served, a TrainJob admitted
+    by the webhooks and policies, a `:latest` one denied."""
+    assert real_platform.install_args[0].startswith("oci://127.0.0.1:"), real_platform.install_args
+    outcome = real_platform.helm_test(("helm", "helm3"))
+    for binary in ("helm", "helm3"):
+        tested = outcome.data[binary]
+        assert tested["phase"] == "Succeeded" and not tested["failed"] and len(tested["checks"]) == 3, tested

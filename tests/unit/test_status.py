@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+import http.server
+import threading
 from datetime import UTC, datetime
+
+import pytest
+import yaml
 
 from conftest import assert_one_line_error, run_cli
 from trainstack import status
@@ -147,8 +152,9 @@ class LogCluster(FakeCluster):
         super().__init__(trainjobs, pods)
         self.logs, self.reads = logs, []
 
-    def read(self, path, params=None, accept="application/json"):
+    def read(self, path, params=None, accept="application/json", from_kubelet=False):
         self.reads.append((path, params))
+        assert from_kubelet  # a log: its server errors are not retried
         text = self.logs[path.split("/")[-2]]
         if text is None:
             raise status.UserError("the API server refused GET: 403 Forbidden")
@@ -178,3 +184,41 @@ def test_runs_come_from_the_newest_rank0_pod_of_each_trainjob(lock):
     assert rows["b"].run_id == rows["c"].run_id == "" and result.unreadable_logs == 1
     assert cluster.reads[0][1] == {"container": "node", "limitBytes": status.RUN_LOG_BYTES}
     assert result.as_json()["trainjobs"]["items"][0]["run_link"].endswith("/runs/abc123")
+
+
+def test_a_log_the_kubelet_cannot_serve_is_asked_for_once_while_a_list_is_retried(tmp_path):
+    """A pod's log comes from its kubelet: a 500 (no kubelet answers, as for a simulated node) is read once, where
+    five retries took 6 s a pod; the API server's own 500 on a list is retried."""
+    asked: dict[str, int] = {}
+
+    class Server(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            path = self.path.split("?")[0]
+            asked[path] = asked.get(path, 0) + 1
+            ok = path == "/api/v1/pods" and asked[path] > 1
+            body = b'{"items": []}' if ok else b'{"kind": "Status", "code": 500}'
+            self.send_response(200 if ok else 500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Server)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    try:
+        cluster = status.Cluster(str(kubeconfig))
+        with pytest.raises(status.UserError, match="500"):
+            cluster.read("/api/v1/namespaces/a/pods/p/log", {"container": "node"}, accept="*/*", from_kubelet=True)
+        assert cluster.list("/api/v1/pods") == []
+    finally:
+        server.shutdown()
+    assert asked == {"/api/v1/namespaces/a/pods/p/log": 1, "/api/v1/pods": 2}

@@ -7,8 +7,10 @@ and reads each rank's JSON events from `get_job_logs`: both processes joined one
 runtime (world size 2, a cross-process all-reduce), JAX's loss fell and both ranks hold the same
 weights, XGBoost's held-out score beats the trivial baseline and both workers hold the same model.
 The pods ran the image built for the runtime (jax-cpu, xgboost-cpu), Succeeded and exited 0.
-`FrameworkSteps` adds these to the Suite's real-node steps, and TrainJobs that name only a runtime
-(no trainer, so no command): each starts the runtime's image with its default command and ends Complete.
+`FrameworkSteps` adds these to the Suite's real-node steps (the XGBoost TrainJob is submitted beside the JAX
+one, the two sharing the nodes as two engineers' jobs do, and followed by its own step), and TrainJobs that
+name only a runtime (no trainer, so no command): each starts the runtime's image with its default command
+and ends Complete.
 """
 
 from __future__ import annotations
@@ -80,10 +82,9 @@ def check_metrics(fw: Framework, name: str, dones: list[dict[str, Any]]) -> None
                               f"{d['test_logloss']:.3f} vs {d['baseline_logloss']:.3f}")
 
 
-def train_framework_with_sdk(kube: Any, kubeconfig: Path, framework: str, lock: Any, timeout: int = 300,
-                             cpu: str = "500m", memory: str = "1536Mi", real_nodes: int = 1) -> dict[str, Any]:
-    """Train examples/<framework> with NODES nodes through the SDK; with REAL_NODES >= NODES its pods must
-    have run on different nodes (the golden CPU runtime spreads them)."""
+def submit_framework(kubeconfig: Path, framework: str, cpu: str = "500m", memory: str = "1536Mi") -> tuple[str, list[str]]:
+    """Submit examples/<framework> with NODES nodes through the SDK, as an ML engineer does: the TrainJob's name
+    and the runtimes the SDK lists (which must include the framework's)."""
     fw = FRAMEWORKS[framework]
     tc = client(kubeconfig)
     listed = sorted(r.name for r in tc.list_runtimes())
@@ -93,9 +94,20 @@ def train_framework_with_sdk(kube: Any, kubeconfig: Path, framework: str, lock: 
     args = sdk.parse_args(["--runtime", fw.runtime, "--num-nodes", str(NODES), "--cpu", cpu, "--memory", memory,
                            "--namespace", SMOKE_NS, "--script", str(paths.repo_root() / "examples" / fw.script),
                            "--", *fw.args])
-    name = tc.train(runtime=fw.runtime, trainer=sdk.build_trainer(args))
+    return tc.train(runtime=fw.runtime, trainer=sdk.build_trainer(args)), listed
+
+
+def train_framework_with_sdk(kube: Any, kubeconfig: Path, framework: str, lock: Any, timeout: int = 300,
+                             cpu: str = "500m", memory: str = "1536Mi", real_nodes: int = 1,
+                             submitted: tuple[str, list[str]] | None = None) -> dict[str, Any]:
+    """Train examples/<framework> with NODES nodes through the SDK (or follow SUBMITTED, what submit_framework
+    returned for it); with REAL_NODES >= NODES its pods must have run on different nodes (the golden CPU
+    runtime spreads them)."""
+    fw = FRAMEWORKS[framework]
+    tc = client(kubeconfig)
+    name, listed = submitted or submit_framework(kubeconfig, framework, cpu, memory)
     try:
-        tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=2)
+        tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=1)
     except (RuntimeError, TimeoutError, ValueError) as err:
         raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {why_not_complete(kube, name, err)}") from None
     starts, dones = [], []
@@ -140,10 +152,11 @@ class FrameworkSteps(RealNodeSteps):
     """The real node's steps plus a JAX and an XGBoost TrainJob (mixed into Suite)."""
 
     framework_runs: dict[str, dict[str, Any]]  # each framework's result (train_framework_with_sdk)
+    submitted_early: dict[str, tuple[str, list[str]]]  # framework -> (TrainJob, runtimes listed): submitted beside another
 
     def real_node_steps(self) -> list[tuple[str, StepFn]]:
         return [*super().real_node_steps(),
-                ("SDK JAX TrainJob trains across real nodes", lambda: self.sdk_framework("jax")),
+                ("SDK JAX TrainJob trains across real nodes", lambda: self.sdk_framework("jax", beside="xgboost")),
                 ("SDK XGBoost TrainJob trains across real nodes", lambda: self.sdk_framework("xgboost")),
                 *([("JAX, XGBoost and restarted runs are in MLflow", self.tracked_runs)]
                   if getattr(self.provider, "tracking", False) else []),
@@ -199,9 +212,15 @@ class FrameworkSteps(RealNodeSteps):
         return Outcome(f"no trainer, no command: the image's default command ran and ended Complete on "
                        f"{', '.join(seen)}", {"jobs": found})
 
-    def sdk_framework(self, framework: str) -> Outcome:
+    def sdk_framework(self, framework: str, beside: str = "") -> Outcome:
+        """FRAMEWORK's TrainJob, through the SDK, to its end; with BESIDE, that framework's TrainJob is submitted
+        first and left running beside it (its own step follows it), as two engineers' jobs share the nodes."""
+        early = getattr(self, "submitted_early", {})
+        if beside:
+            self.submitted_early = {**early, beside: submit_framework(self.provider.kubeconfig, beside)}
         r = train_framework_with_sdk(self.kube, self.provider.kubeconfig, framework, self.lock,
                                      timeout=int(self.provider.job_timeout),
-                                     real_nodes=len(getattr(self.provider.cluster, "nodes", None) or []))
+                                     real_nodes=len(getattr(self.provider.cluster, "nodes", None) or []),
+                                     submitted=early.get(framework))
         self.framework_runs = {**getattr(self, "framework_runs", {}), framework: r}
         return Outcome(describe(r), r)

@@ -35,16 +35,17 @@ class PlatformChecks(SuiteState):
         )
         return f"{len(names)} CRDs"
 
-    def helm_test(self) -> Outcome:
+    def helm_test(self, clients: tuple[str, ...] = ("helm",)) -> Outcome:
         """`helm test` of the installed release: the chart's own check of a working platform, in a pod on the
         cluster (templates/platform-test.yaml): the golden runtimes served, a TrainJob admitted by the webhooks
         and policies, a `:latest` one answered by the image-tag policy. With stock helm v4 on the release it
-        installed, then again with helm v3 after a `helm3 upgrade` from the same chart (the published one where
-        it was installed from the registry). Its checks come back as fields, per helm."""
+        installed (what `make e2e` runs); with CLIENTS ("helm", "helm3") then again with helm v3 after a
+        `helm3 upgrade` from the same chart (the published one where it was installed from the registry), as
+        tests/e2e/test_real_platform.py runs it. Its checks come back as fields, per helm."""
         data: dict[str, dict] = {}
         # with the data cache the provider points LWS's webhooks at its host process after the install, which
         # an upgrade would undo: helm v4 only there
-        binaries = ("helm",) if getattr(self, "data_cache", False) else ("helm", "helm3")
+        binaries = ("helm",) if getattr(self, "data_cache", False) else clients
         for binary in binaries:
             if binary == "helm3":
                 upgrade = self.helm_cmd("upgrade", RELEASE, *self.install_args, "-n", NAMESPACE, "--wait",

@@ -95,6 +95,14 @@ def events(lines: list[str], kind: str) -> list[dict[str, Any]]:
     return out
 
 
+def pod_cpu(real_nodes: int) -> str:
+    """The CPU each pod of a NODES-node torch TrainJob asks for (requests and limits, through the SDK): one where
+    every pod has a real node of its own, half of one where they share the only one (so both fit). A start costs
+    about 5 s of CPU here (torchrun and the trainer each import torch): at half a CPU a job's start, and its restart
+    after a worker is killed, took 10 to 15 s longer."""
+    return "1" if real_nodes >= NODES else "500m"
+
+
 def submit(kubeconfig: Path, train_args: list[str], cpu: str = "500m", memory: str = "1536Mi") -> str:
     sdk = _sdk_examples()
     args = sdk.parse_args(["--runtime", RUNTIME, "--num-nodes", str(NODES), "--cpu", cpu, "--memory", memory,
@@ -194,9 +202,10 @@ def train_with_sdk(kube: Any, kubeconfig: Path, real_nodes: list[Any], timeout: 
         raise RealNodeFailure(f"TrainerClient().list_runtimes() does not list {RUNTIME}: {', '.join(listed)}")
     linked = [n for n in real_nodes if n.sandbox.parent is not None]
     before = {n.name: n.sandbox.link_bytes() for n in linked}
-    name = submit(kubeconfig, ["--steps", str(STEPS), "--seed", "0", "--hidden", str(HIDDEN), "--output-dir", OUTPUT])
+    name = submit(kubeconfig, ["--steps", str(STEPS), "--seed", "0", "--hidden", str(HIDDEN), "--output-dir", OUTPUT],
+                  cpu=pod_cpu(len(real_nodes)))
     try:
-        tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=2)
+        tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=1)
     except (RuntimeError, TimeoutError, ValueError) as err:
         raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {why_not_complete(kube, name, err)}") from None
     after = {n.name: n.sandbox.link_bytes() for n in linked}
@@ -308,8 +317,9 @@ def checkpoint_outlives_pods(kube: Any, name: str, image: str, timeout: float = 
                   "containers": [{"name": "check", "image": image, "command": ["python", "/scripts/check.py"],
                                   "securityContext": {"allowPrivilegeEscalation": False,
                                                       "capabilities": {"drop": ["ALL"]}},
+                                  # a CPU to import torch in (2.5 s of CPU here)
                                   "resources": {"requests": {"cpu": "250m", "memory": "1Gi"},
-                                                "limits": {"cpu": "500m", "memory": "1536Mi"}},
+                                                "limits": {"cpu": "1", "memory": "1536Mi"}},
                                   "volumeMounts": [{"name": "scripts", "mountPath": "/scripts"},
                                                    {"name": "output", "mountPath": OUTPUT}]}],
                   "volumes": [{"name": "scripts", "configMap": {"name": pod}},
@@ -349,18 +359,20 @@ def _rank0_steps(kube: Any, name: str) -> int:
     return max(steps) if steps else 0
 
 
-def worker_killed(kube: Any, kubeconfig: Path, timeout: float = 300) -> dict[str, Any]:
+def worker_killed(kube: Any, kubeconfig: Path, timeout: float = 300, real_nodes: int = 1) -> dict[str, Any]:
     """Kill the rank-1 worker pod in the middle of a run and follow the TrainJob to its end.
 
-    The job checkpoints every 10 steps and is started with --resume, so whatever restarts its
+    The job checkpoints every 50 steps and is started with --resume, so whatever restarts its
     pods (the Job's backoff, or JobSet's failure policy) continues from the last checkpoint.
     """
-    # A step takes milliseconds here (about 110 a second on this 2-core machine): enough steps that the kill,
-    # a second or two after rank 0 logs step 50, lands mid-run after a checkpoint; few enough that the steps
-    # left after the restart take seconds (the restart itself, pods replaced and torch started again, about 50).
-    steps, every = 1200, 50
+    # A step takes milliseconds here (about 110 a second on this 2-core machine), and every step all-reduces, so
+    # rank 0 cannot run ahead once its peer is gone: the kill, within a second of rank 0 logging step 50, lands
+    # mid-run after a checkpoint, and the 450 steps left after the restart take about 4 s (the restart itself,
+    # the Job's 10 s backoff before it replaces a failed pod and torch started again, about 20 s with a CPU
+    # per pod).
+    steps, every = 500, 50
     name = submit(kubeconfig, ["--steps", str(steps), "--seed", "1", "--output-dir", OUTPUT,
-                               "--checkpoint-every", str(every), "--resume"])
+                               "--checkpoint-every", str(every), "--resume"], cpu=pod_cpu(real_nodes))
     deadline = time.monotonic() + timeout
     while _rank0_steps(kube, name) < every:
         if time.monotonic() > deadline:
@@ -463,7 +475,8 @@ class RealNodeSteps(SuiteState):
                 f"steps: {', '.join(jobs)}")
 
     def worker_killed(self) -> Outcome:
-        r = worker_killed(self.kube, self.provider.kubeconfig, timeout=self.provider.job_timeout)
+        r = worker_killed(self.kube, self.provider.kubeconfig, timeout=self.provider.job_timeout,
+                          real_nodes=len(getattr(self.provider.cluster, "nodes", None) or []))
         self.killed = r
         if r["state"] == "Complete":
             return Outcome(f"killed {r['killed']}: the job's pods restarted, resumed from the step-{r['resumed_from']} "
