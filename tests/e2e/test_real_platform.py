@@ -8,7 +8,8 @@
   model read back by that name and version;
 - then, after those TrainJobs called the admission webhooks, the controllers' real /metrics are
   scraped through the chart's metrics Services, the way Prometheus reaches them, with the chart's
-  scraper token: every metric name the shipped alerts and dashboard use is served.
+  scraper token: every metric name the shipped alerts and dashboard use is served;
+- the chart's `helm test` passes with helm v4, then with helm v3 after a `helm3 upgrade`.
 """
 
 # No `from __future__ import annotations`: kfp reads the pipelines' real annotations.
@@ -373,13 +374,6 @@ def test_the_tracking_server_runs_on_your_postgresql(cluster, real_platform):
             _kubectl(cluster, "delete", "secret", "tracking-postgres", "-n", basemod.NAMESPACE, check=False)
 
 
-def teardown_module() -> None:
-    # kfp.local keeps its settings in a process-wide singleton; leave nothing for other tests
-    from kfp.local import config
-
-    config.LocalExecutionConfig.instance = None
-
-
 def test_helm_v3_upgrades_what_helm_v4_installed_and_the_charts_helm_test_passes_with_both(real_platform):
     """Users drive the chart with either client: the release stock helm v4 installed from the cluster's registry
     passes the chart's `helm test` with helm v4, then with helm v3 after a `helm3 upgrade` from the same
@@ -390,3 +384,10 @@ def test_helm_v3_upgrades_what_helm_v4_installed_and_the_charts_helm_test_passes
     for binary in ("helm", "helm3"):
         tested = outcome.data[binary]
         assert tested["phase"] == "Succeeded" and not tested["failed"] and len(tested["checks"]) == 3, tested
+
+
+def teardown_module() -> None:
+    # kfp.local keeps its settings in a process-wide singleton; leave nothing for other tests
+    from kfp.local import config
+
+    config.LocalExecutionConfig.instance = None
