@@ -142,11 +142,12 @@ class Cluster:
         from kubernetes.client.exceptions import ApiException  # slow to import: see __init__
         from urllib3.exceptions import HTTPError
 
+        api = self.kubelet_api if from_kubelet else self.api
         try:
-            response = (self.kubelet_api if from_kubelet else self.api).call_api(path, "GET", query_params=list((params or {}).items()),
-                                         header_params={"Accept": accept},
-                                         auth_settings=["BearerToken"], _preload_content=False,
-                                         _request_timeout=30)
+            response = api.call_api(path, "GET", query_params=list((params or {}).items()),
+                                    header_params={"Accept": accept},
+                                    auth_settings=["BearerToken"], _preload_content=False,
+                                    _request_timeout=30)
         except ApiException as err:
             if err.status == 404:
                 return None

@@ -220,7 +220,7 @@ class FrameworkSteps(RealNodeSteps):
             self.submitted_early = {**early, beside: submit_framework(self.provider.kubeconfig, beside)}
         r = train_framework_with_sdk(self.kube, self.provider.kubeconfig, framework, self.lock,
                                      timeout=int(self.provider.job_timeout),
-                                     real_nodes=len(getattr(self.provider.cluster, "nodes", None) or []),
+                                     real_nodes=self.real_node_count(),
                                      submitted=early.get(framework))
         self.framework_runs = {**getattr(self, "framework_runs", {}), framework: r}
         return Outcome(describe(r), r)

@@ -426,6 +426,10 @@ class RealNodeSteps(SuiteState):
     trained: dict[str, Any]  # the SDK TrainJob's result (train_with_sdk)
     killed: dict[str, Any]  # the killed-worker TrainJob's result (worker_killed)
 
+    def real_node_count(self) -> int:
+        """How many real nodes the provider's cluster has (none where it has no such list)."""
+        return len(getattr(self.provider.cluster, "nodes", None) or [])
+
     def real_node_steps(self) -> list[tuple[str, StepFn]]:
         return [
             ("SDK TrainJob trains across real nodes", self.sdk_training),
@@ -476,7 +480,7 @@ class RealNodeSteps(SuiteState):
 
     def worker_killed(self) -> Outcome:
         r = worker_killed(self.kube, self.provider.kubeconfig, timeout=self.provider.job_timeout,
-                          real_nodes=len(getattr(self.provider.cluster, "nodes", None) or []))
+                          real_nodes=self.real_node_count())
         self.killed = r
         if r["state"] == "Complete":
             return Outcome(f"killed {r['killed']}: the job's pods restarted, resumed from the step-{r['resumed_from']} "
