@@ -6,10 +6,12 @@
     python examples/sdk_submit.py -- --steps 500 --seed 3          # arguments after -- go to train_ddp.py
     python examples/sdk_submit.py --runtime jax-distributed --script examples/train_jax.py
     python examples/sdk_submit.py --runtime xgboost-distributed --script examples/train_xgboost.py
+    python examples/sdk_submit.py --runtime mlx-distributed-cpu --script examples/train_mlx.py
 
 The SDK's CustomTrainer ships a Python function to the runtime, which runs it under torchrun on
 every node with the PET_* variables the controller injects (on the JAX and XGBoost runtimes it runs
-it under python, with their JAX_* or DMLC_* variables). The function here, `run_script`,
+it under python, with their JAX_* or DMLC_* variables; on the MPI runtimes, such as MLX's, under
+`mpirun` on the launcher, one rank per node). The function here, `run_script`,
 carries the text of the script (and of trainstack_tracking.py, which the examples log their
 MLflow run with), writes them to files in the container and runs the script, so the job
 trains with exactly the script `trainstack smoke train` tests, in the runtime's stock torch
@@ -101,18 +103,20 @@ def dry_run_trainjob(args: argparse.Namespace) -> dict:
     """The TrainJob the SDK would create, built by the SDK's own code, offline.
 
     A real submit reads the runtime from the cluster; here it is described as the SDK reads a
-    golden runtime of that name: torch (entry point torchrun) unless it names jax or xgboost (python).
+    golden runtime of that name: torch (entry point torchrun) unless it names jax or xgboost (python) or
+    mlx or deepspeed (MPI: mpirun on the launcher).
     """
     from kubeflow.trainer import Runtime, RuntimeKind, RuntimeTrainer, TrainerType
     from kubeflow.trainer.backends.kubernetes import utils
     from kubeflow.trainer.constants import constants
     from kubeflow_trainer_api import models
 
-    framework = next((f for f in ("jax", "xgboost") if args.runtime.startswith(f)), "torch")
+    framework = next((f for f in ("jax", "xgboost", "mlx", "deepspeed") if args.runtime.startswith(f)), "torch")
     runtime = Runtime(name=args.runtime, kind=RuntimeKind.CLUSTER_TRAINING_RUNTIME,
                       trainer=RuntimeTrainer(trainer_type=TrainerType.CUSTOM_TRAINER, framework=framework,
                                              image=args.image or "(the runtime's image)"))
-    runtime.trainer.set_command(constants.TORCH_COMMAND if framework == "torch" else constants.DEFAULT_COMMAND)
+    runtime.trainer.set_command(constants.TORCH_COMMAND if framework == "torch" else constants.MPI_COMMAND
+                                if framework in ("mlx", "deepspeed") else constants.DEFAULT_COMMAND)
     trainer = utils.get_trainer_cr_from_custom_trainer(runtime, build_trainer(args))
     job = models.TrainerV1alpha1TrainJob(
         apiVersion=constants.API_VERSION, kind=constants.TRAINJOB_KIND,

@@ -143,7 +143,10 @@ def runtime_table(chart_dir: Path | None = None) -> str:
     for entry in sorted(runtime_catalog(chart_dir), key=lambda e: e["name"]):
         skeleton, cls, key = entry["skeleton"], entry["class"], entry["key"]
         ann = skeleton["metadata"]["annotations"]
-        image = values["images"][entry["image"]]
+        image = values["images"].get(entry["image"])
+        # a runtime whose image no one publishes (mlx-distributed-cpu) names the key the user fills
+        image_cell = (f"`{image['registry']}/{image['repository']}:{image['tag']}`" if image
+                      else f"yours: `images.{entry['image']}` (none published)")
         settings = SETTINGS[cls]
         if "mpi" in skeleton["spec"]["mlPolicy"] and cls != "cpu":
             settings += "; one MPI rank per GPU"
@@ -160,7 +163,7 @@ def runtime_table(chart_dir: Path | None = None) -> str:
             upstream = f"variant of `{entry['upstream']}`"
         use = ann.get("trainstack.io/description", "") + " " + WHEN_TO_USE[cls]
         rows.append(f"| `{entry['name']}` | {upstream} | {skeleton['metadata']['labels'][api.FRAMEWORK_LABEL]} "
-                    f"| {cls} | `{image['registry']}/{image['repository']}:{image['tag']}` | {settings} | {default} "
+                    f"| {cls} | {image_cell} | {settings} | {default} "
                     f"| {use.strip()} |")
     return "\n".join(rows)
 

@@ -13,6 +13,8 @@ lock pins, with the pinned `crane`, into the cluster's own registry (the "mirror
   its requirements from the wheel cache `smoke install` keeps, and `torchrun` on PATH;
 - `jax-cpu`, `xgboost-cpu` (`kind: python`): that root filesystem plus exactly the entry's pinned
   PyPI packages, under the JAX and XGBoost runtimes' own repository and tag (`image:`);
+- `mlx-cpu` (`kind: python` with `debianPackages` and `setup: mpi`): the root filesystem with OpenMPI
+  and an SSH server too, set up as Trainer's MPI runtimes expect (`MPI_SETUP`), plus MLX for CPU;
 - `mlflow` (`kind: python`): the tracking server, the lock's `tracking.server` packages under MLflow's
   own repository and tag. The training images also carry the lock's `tracking.client` (`trackingClient`).
 
@@ -71,6 +73,10 @@ def repository_tag(name: str, lock: lockmod.Lock) -> tuple[str, str]:
         return str(entry["repository"]), f"{_torch_wheel(lock)[1]}-{_debian(spec(str(entry['base']), lock))[0]}"
     if entry.get("kind") == "debian" and "repository" in entry:
         return str(entry["repository"]), _debian(entry)[0]
+    if entry.get("kind") == "python" and "repository" in entry and "tag" not in entry and entry.get("pythonPackages"):
+        # <the first package's version>-<suite>: the lock says each version once
+        version = str(entry["pythonPackages"][0]).split("==")[-1]
+        return str(entry["repository"]), f"{version}-{_debian(_base_entry(name, lock))[0]}"
     if "repository" not in entry or "tag" not in entry:
         raise UserError(f"{lock.path}: lock entry 'builtImages.{name}' needs `image:`, or `repository:` and `tag:`")
     return str(entry["repository"]), str(entry["tag"])
@@ -79,6 +85,17 @@ def repository_tag(name: str, lock: lockmod.Lock) -> tuple[str, str]:
 def _debian(entry: dict[str, Any]) -> tuple[str, list[str]]:
     """A `kind: debian` entry's (suite, packages)."""
     return str(entry["debianSuite"]), [str(p) for p in entry.get("debianPackages", [])]
+
+
+def _base_entry(name: str, lock: lockmod.Lock) -> dict[str, Any]:
+    """The Debian root filesystem a `kind: python`/`torch` entry installs into: its `base` entry, with the
+    entry's own `debianPackages` added and its `setup` (e.g. `mpi`)."""
+    entry = spec(name, lock)
+    base = dict(spec(str(entry["base"]), lock))
+    base["debianPackages"] = [*base.get("debianPackages", []), *entry.get("debianPackages", [])]
+    if entry.get("setup"):
+        base["setup"] = entry["setup"]
+    return base
 
 
 def _torch_wheel(lock: lockmod.Lock) -> tuple[Path, str]:
@@ -239,12 +256,37 @@ def binary_recipe(name: str, lock: lockmod.Lock) -> Recipe:
                   f"{tool.module}@{tool.version} ({entry['binary']})")
 
 
+# Trainer's MPI runtimes (files/runtimes/mlx-distributed.yaml, deepspeed-distributed.yaml, as upstream's MPI
+# images and the MPI Operator's have it): the non-root user `mpiuser` (uid 1000, the runtimes' runAsUser), whose
+# ~/.ssh the MPI plugin mounts its SSH Secret on (sshAuthMountPath); the node pods run
+# `sshd -De -f /home/mpiuser/.sshd_config` as that user on port 2222 with the mounted key as host key; the
+# launcher's mpirun reaches them with ssh on that port without a known-hosts prompt. MLX finds OpenMPI by
+# dlopen("libmpi.so"), which only Debian's -dev package links: a link to the runtime library stands in.
+MPI_USER, MPI_UID, MPI_SSH_PORT = "mpiuser", 1000, 2222
+MPI_SETUP = [
+    f'chroot "$1" useradd --create-home --uid {MPI_UID} --user-group --shell /bin/bash {MPI_USER}',
+    (f"printf 'Port {MPI_SSH_PORT}\\nPidFile /home/{MPI_USER}/sshd.pid\\nHostKey /home/{MPI_USER}/.ssh/id_rsa\\n"
+     f"StrictModes no\\n' > \"$1/home/{MPI_USER}/.sshd_config\""),
+    f'chroot "$1" chown {MPI_USER}:{MPI_USER} /home/{MPI_USER}/.sshd_config',
+    (f"printf 'Host *\\n  Port {MPI_SSH_PORT}\\n  StrictHostKeyChecking no\\n  UserKnownHostsFile /dev/null\\n"
+     f"  LogLevel ERROR\\n' > \"$1/etc/ssh/ssh_config.d/mpi.conf\""),
+    'ln -s libmpi.so.40 "$1/usr/lib/x86_64-linux-gnu/libmpi.so"',
+    'rm -f "$1"/etc/ssh/ssh_host_*',  # the package's host keys: never in an image (sshd uses the mounted key)
+]
+SETUPS = {"mpi": MPI_SETUP}
+
+
 def _debian_base(entry: dict[str, Any]) -> tuple[str, Any]:
     """(key, build) of a `kind: debian` entry's root filesystem: mmdebstrap of its suite and
-    packages from this host's apt sources, as one tar cached across builds."""
+    packages from this host's apt sources, then its `setup`'s hooks, as one tar cached across builds."""
     suite, packages = _debian(entry)
     sources = _apt_sources()
-    base_key = hashlib.sha256(json.dumps([suite, packages, sources.read_text()]).encode()).hexdigest()[:16]
+    setup = str(entry.get("setup", ""))
+    if setup and setup not in SETUPS:
+        raise UserError(f"lock entry setup {setup!r} is not one of {', '.join(sorted(SETUPS))}")
+    hooks = SETUPS.get(setup, [])
+    key_parts: list[Any] = [suite, packages, sources.read_text(), *([hooks] if hooks else [])]
+    base_key = hashlib.sha256(json.dumps(key_parts).encode()).hexdigest()[:16]
 
     def build() -> Path:
         base = cache_dir() / f"debian-{suite}-{base_key}.tar"
@@ -255,7 +297,8 @@ def _debian_base(entry: dict[str, Any]) -> tuple[str, Any]:
                 tmp = base.with_suffix(".tmp")
                 cmd = ["mmdebstrap", "--quiet", "--variant=minbase", f"--include={','.join(packages)}",
                        "--dpkgopt=path-exclude=/usr/share/doc/*", "--dpkgopt=path-exclude=/usr/share/man/*",
-                       "--dpkgopt=path-exclude=/usr/share/locale/*", "--format=tar", suite, str(tmp), str(sources)]
+                       "--dpkgopt=path-exclude=/usr/share/locale/*",
+                       *(f"--customize-hook={hook}" for hook in hooks), "--format=tar", suite, str(tmp), str(sources)]
                 result = proc.run(cmd, check=False)
                 if result.returncode != 0:
                     raise UserError(f"mmdebstrap failed: {(result.stderr or result.stdout).strip()[-300:]}")
@@ -357,7 +400,7 @@ def python_recipe(name: str, lock: lockmod.Lock) -> Recipe:
     """A `kind: python` image (exactly its pinned pythonPackages over its Debian base) or `kind: torch`
     (the lock's torch wheel and its CPU requirements, plus pythonPackages, and `torchrun`)."""
     entry = spec(name, lock)
-    base_entry = spec(str(entry["base"]), lock)
+    base_entry = _base_entry(name, lock)
     extra = [str(r) for r in entry.get("pythonPackages", [])]
     # MLflow's client (lock tracking.client), resolved with the image's own packages in one install
     client = [str(r) for r in entry.get("trackingClient", [])]
@@ -378,6 +421,9 @@ def python_recipe(name: str, lock: lockmod.Lock) -> Recipe:
         what = _packages_line(extra) + (" + MLflow's client" if client else "")
     suite, _ = _debian(base_entry)
     base_key, build_base = _debian_base(base_entry)
+    own = [str(p) for p in entry.get("debianPackages", [])]
+    if own:
+        what = f"{', '.join(own)}{' (' + str(entry['setup']) + ')' if entry.get('setup') else ''} + {what}"
     key = hashlib.sha256(f"{base_key} {inputs}".encode()).hexdigest()
 
     def layers(work: Path) -> list[Path]:
@@ -489,7 +535,7 @@ class Builder:
             self.crane_ok("append", "--oci-empty-base", *[a for layer in layers for a in ("-f", str(layer))],
                           "-t", ref)
             mutate = ["mutate", ref, "--set-platform", "linux/amd64", "-u", rec.user, "-l", f"{KEY_LABEL}={rec.key}",
-                      "-l", f"org.opencontainers.image.source={rec.source}", "-t", ref]
+                      "-l", f"org.opencontainers.image.source={rec.source.replace(',', ';')}", "-t", ref]  # (crane splits at commas)
             if rec.entrypoint:
                 mutate += ["--entrypoint", ",".join(rec.entrypoint)]
             if rec.cmd:

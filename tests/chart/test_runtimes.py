@@ -38,9 +38,15 @@ def accelerator(runtime: dict) -> str:
     return runtime["metadata"]["labels"]["trainstack.io/accelerator"]
 
 
+# mlx-distributed-cpu's image: none is published, so turning it on means naming one (the user's copy of the
+# lock's builtImages.mlx-cpu)
+MLX_CPU_ARGS = ("--set", "runtimes.mlxCpu.enabled=true", "--set", "images.mlx-cpu.registry=registry.example.com",
+                "--set", "images.mlx-cpu.repository=platform/mlx-cpu", "--set", "images.mlx-cpu.tag=0.30.6-bookworm")
+
+
 @pytest.fixture(scope="module")
 def default_runtimes(chart_ready):
-    return runtimes("--set", "dataCache.enabled=true", "--set", "runtimes.torchRocm.enabled=true")
+    return runtimes("--set", "dataCache.enabled=true", "--set", "runtimes.torchRocm.enabled=true", *MLX_CPU_ARGS)
 
 
 def test_catalog_has_every_framework_and_accelerator(default_runtimes):
@@ -50,6 +56,7 @@ def test_catalog_has_every_framework_and_accelerator(default_runtimes):
         "jax-distributed": ("jax", "cpu"), "jax-distributed-gpu": ("jax", "nvidia"),
         "xgboost-distributed": ("xgboost", "cpu"), "deepspeed-distributed": ("deepspeed", "nvidia"),
         "deepspeed-distributed-gpu": ("deepspeed", "nvidia"), "mlx-distributed": ("mlx", "nvidia"),
+        "mlx-distributed-cpu": ("mlx", "cpu"),
         "torchtune-llama3.2-1b": ("torchtune", "nvidia"), "torchtune-llama3.2-3b": ("torchtune", "nvidia"),
         "torchtune-qwen2.5-1.5b": ("torchtune", "nvidia"),
     }
@@ -257,7 +264,7 @@ def test_readme_table_lists_what_the_chart_renders(default_runtimes):
     from trainstack import chartdocs
 
     catalog = chartdocs.runtime_catalog()
-    assert {e["name"] for e in catalog} == set(default_runtimes)  # everything on: torchRocm and the cache
+    assert {e["name"] for e in catalog} == set(default_runtimes)  # everything on: torchRocm, MLX on CPU, the cache
     assert {e["name"] for e in catalog if e["enabled"]} == set(runtimes("--set", "dataCache.enabled=true"))
     for entry in catalog:
         labels = default_runtimes[entry["name"]]["metadata"]["labels"]
@@ -339,3 +346,20 @@ def test_the_controllers_leave_a_lost_node_as_fast_as_the_training_pods(chart_re
     for name in ("kubeflow-trainer-controller-manager", "jobset-controller"):
         pod = next(d for d in docs if d["metadata"]["name"] == name)["spec"]["template"]["spec"]
         assert pod.get("tolerations") == lost, (name, pod.get("tolerations"))
+
+
+def test_mlx_on_cpu_is_off_until_its_image_is_named_then_an_mpi_runtime_on_cpu_nodes(chart_ready, default_runtimes):
+    """Upstream publishes no CPU MLX image: mlx-distributed-cpu is off by default, turning it on without an image
+    fails the render naming the key to fill, and with one it is the MPI runtime on the CPU class (the image on the
+    launcher and the node pods, no GPU, one rank per node)."""
+    assert "mlx-distributed-cpu" not in runtimes()
+    missing = helm_template("--set", "runtimes.mlxCpu.enabled=true", check=False)
+    assert missing.returncode != 0
+    assert ('runtimes/mlx-distributed.yaml: container node uses image key "@mlx-cpu", which is not under images in '
+            'values') in missing.stderr, missing.stderr
+    runtime = default_runtimes["mlx-distributed-cpu"]
+    assert runtime["spec"]["mlPolicy"]["mpi"]["sshAuthMountPath"] == "/home/mpiuser/.ssh"
+    assert [job for job, _ in pods(runtime)] == ["node", "launcher"]
+    for container in node_containers(runtime):
+        assert container["image"] == "registry.example.com/platform/mlx-cpu:0.30.6-bookworm"
+        assert GPU_LIMIT not in container["resources"].get("limits", {})

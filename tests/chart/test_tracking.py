@@ -95,6 +95,23 @@ def test_every_golden_runtime_points_its_node_container_at_the_server(chart_read
             "metadata.labels['jobset.sigs.k8s.io/jobset-name']"
 
 
+def test_mpi_runtimes_have_mpirun_pass_the_tracking_env_to_the_ranks_it_starts_over_ssh(chart_ready):
+    """mpirun gives a rank it starts on another pod (over ssh) none of the launcher's environment but what
+    OMPI_MCA_mca_base_env_list names: on every MPI runtime it names each tracking variable, and only there."""
+    runtimes = by_kind(render(*ON), "ClusterTrainingRuntime")
+    mpi = {n for n, rt in runtimes.items() if "mpi" in rt["spec"]["mlPolicy"]}
+    assert {"deepspeed-distributed", "mlx-distributed"} <= mpi
+    for name, runtime in runtimes.items():
+        env = {e["name"]: e for e in node_env(runtime)}
+        listed = env.get("OMPI_MCA_mca_base_env_list", {}).get("value")
+        if name in mpi:
+            assert listed and set(listed.split(";")) == {n for n in env if n.startswith("MLFLOW_")}, name
+        else:
+            assert listed is None, name
+    off = by_kind(render(), "ClusterTrainingRuntime")["mlx-distributed"]
+    assert "OMPI_MCA_mca_base_env_list" not in {e["name"] for e in node_env(off)}
+
+
 def test_a_runtimes_own_env_comes_after_the_tracking_env_and_wins(chart_ready):
     docs = render(*ON, "--set", "runtimes.defaults.env[0].name=MLFLOW_TRACKING_URI",
                   "--set", "runtimes.defaults.env[0].value=http://mlflow.example:80")

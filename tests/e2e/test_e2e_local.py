@@ -67,11 +67,13 @@ REAL_NODE_STEPS = [
     "its run is in MLflow, and only its team's",
     "checkpoint outlives the pods",
     "worker killed mid-run",
+    "SDK MLX TrainJob submitted (trains beside the next steps)",
     "a TrainJob whose pods cannot start is flagged",
     "SDK fine-tune (TorchTune) on the GPU pool",
     "SDK JAX TrainJob trains across real nodes",
     "SDK XGBoost TrainJob trains across real nodes",
-    "JAX, XGBoost and restarted runs are in MLflow",
+    "SDK MLX TrainJob trains across real nodes over MPI",
+    "JAX, XGBoost, MLX and restarted runs are in MLflow",
     "TrainJobs naming only a runtime Complete",
 ]
 
@@ -148,15 +150,28 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
         run = steps[f"SDK {framework} TrainJob trains across real nodes"]["data"]
         assert sorted(p["node"] for p in run["pods"]) == ["real-0", "real-1"], run["pods"]
         assert all(p["phase"] == "Succeeded" and p["exit_code"] == 0 for p in run["pods"]), run["pods"]
+    # MLX over MPI: the launcher (mpirun, also rank 1) and the node pod (sshd, rank 0) on the two real nodes, each
+    # rank in its own pod; the launcher exited 0; the loss fell and both ranks ended with the same weights
+    mlx = steps["SDK MLX TrainJob trains across real nodes over MPI"]["data"]
+    assert sorted(p["node"] for p in mlx["pods"]) == ["real-0", "real-1"], mlx["pods"]
+    launcher = next(p for p in mlx["pods"] if "-launcher-" in p["pod"])
+    assert (launcher["phase"], launcher["exit_code"]) == ("Succeeded", 0), launcher
+    assert sorted(r["host"] for r in mlx["starts"]) == sorted(p["hostname"] for p in mlx["pods"]), mlx["starts"]
+    assert [r["world_size"] for r in mlx["ranks"]] == [2, 2] and len({r["weights_sha256"] for r in mlx["ranks"]}) == 1
+    assert mlx["metrics"]["loss_last"] < 1e-3 < mlx["metrics"]["loss_first"], mlx["metrics"]
     # their runs are in MLflow with each one's own metrics and model; the killed-worker TrainJob's attempt that
     # lost its worker ended FAILED, the attempt that resumed FINISHED
-    runs = steps["JAX, XGBoost and restarted runs are in MLflow"]["data"]["runs"]
+    runs = steps["JAX, XGBoost, MLX and restarted runs are in MLflow"]["data"]["runs"]
     jax = runs[steps["SDK JAX TrainJob trains across real nodes"]["data"]["name"]]
     xgb = runs[steps["SDK XGBoost TrainJob trains across real nodes"]["data"]["name"]]
     assert [r["status"] for r in jax + xgb] == ["FINISHED", "FINISHED"], runs
     assert jax[0]["metrics"]["final_loss"] < 1e-3 and "model/weights.npy" in jax[0]["artifacts"], jax
     assert xgb[0]["metrics"]["test_accuracy"] > xgb[0]["metrics"]["baseline_accuracy"], xgb
     assert "model/model.json" in xgb[0]["artifacts"], xgb
+    # MLX's rank 0 ran on the node pod, started over ssh: the tracking env reached it through mpirun
+    mlx_runs = runs[steps["SDK MLX TrainJob trains across real nodes over MPI"]["data"]["name"]]
+    assert [r["status"] for r in mlx_runs] == ["FINISHED"] and "model/weights.npy" in mlx_runs[0]["artifacts"], mlx_runs
+    assert mlx_runs[0]["metrics"]["final_loss"] < 1e-3, mlx_runs
     if steps["worker killed mid-run"]["data"]["state"] == "Complete":
         killed = runs[steps["worker killed mid-run"]["data"]["name"]]
         assert [r["status"] for r in killed][-1] == "FINISHED", killed
@@ -168,7 +183,7 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
     smoke_jobs = {j["job"]: j for j in steps["smoke TrainJobs Complete"]["data"]["jobs"]}
     assert smoke_jobs["torch"]["real"] and set(smoke_jobs["torch"]["nodes"]) <= {"real-0", "real-1"}, smoke_jobs
     # so do the JAX and XGBoost runtimes' unpatched smoke jobs: their images are built (and have a command)
-    assert smoke_jobs["jax"]["real"] and smoke_jobs["xgboost"]["real"], smoke_jobs
+    assert smoke_jobs["jax"]["real"] and smoke_jobs["xgboost"]["real"] and smoke_jobs["mlx-cpu"]["real"], smoke_jobs
     assert not smoke_jobs["torch-gpu"]["real"] and not {"real-0", "real-1"} & set(smoke_jobs["torch-gpu"]["nodes"])
     failed = steps["failing pod ends TrainJob Failed"]["data"]
     assert failed["state"] == "Failed" and failed["real"] and failed["exit_codes"] == [3], failed

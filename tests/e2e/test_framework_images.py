@@ -1,7 +1,8 @@
-"""The jax-cpu and xgboost-cpu images, built for real into the cluster's registry (its storage is the
-trainstack cache's, so `trainstack e2e` finds them built): their config (default command, working
+"""The jax-cpu, xgboost-cpu and mlx-cpu images, built for real into the cluster's registry (its storage is
+the trainstack cache's, so `trainstack e2e` finds them built): their config (default command, working
 directory, user, build key), zstd layers, and that their root filesystem runs the examples as user
-1000 with no network, as a pod runs them. Run it under `flock /tmp/realnode.lock` (the registry)."""
+1000 with no network, as a pod runs them (mlx-cpu: also two ranks under its own mpirun, and the MPI
+user's ssh setup). Run it under `flock /tmp/realnode.lock` (the registry)."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ def run_in_image(root, command: str) -> subprocess.CompletedProcess:
 @pytest.mark.parametrize(("name", "script", "args", "absent"), [
     ("jax-cpu", "train_jax.py", "--steps 30", "kubernetes"),
     ("xgboost-cpu", "train_xgboost.py", "--rounds 10", "torch"),
+    ("mlx-cpu", "train_mlx.py", "--steps 30", "torch"),
 ])
 def test_framework_image_has_a_command_and_trains(builder, tmp_path, name, script, args, absent):
     lock = builder.lock
@@ -106,3 +108,36 @@ def test_the_tracking_server_image_serves_mlflow_with_its_auth_app_postgres_driv
     server = next(p for p in lock.get("tracking", "server") if p.startswith("mlflow[auth]=="))
     assert result.returncode == 0 and result.stdout.strip().splitlines()[-1] == server.split("==")[1], \
         result.stderr[-2000:]
+
+
+def test_the_mlx_image_runs_two_ranks_under_its_mpirun_and_is_set_up_for_trainers_mpi_plugin(builder, tmp_path):
+    """mlx-cpu's root filesystem: mpirun (OpenMPI) starts two ranks of examples/train_mlx.py as user 1000 in a
+    network namespace of their own (loopback only), MLX joins them in one MPI group through the libmpi.so link,
+    and they end with the same weights; the node pods' sshd config and the launcher's ssh config are where the
+    runtime's command and Trainer's MPI plugin expect them, for the user the runtimes run as; no host key."""
+    built = builder.ensure("mlx-cpu")
+    root = export(builder, built.reference, tmp_path)
+    for file in ("train_mlx.py", "trainstack_tracking.py"):
+        shutil.copy(ROOT / "examples" / file, root / "workspace" / file)
+    inner = (f"chroot --userspec=1000:1000 {root} /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp "
+             "/bin/bash -c 'cd /workspace && mpirun -np 2 python train_mlx.py --steps 100'")
+    # hwloc reads /proc and /sys; OpenMPI's runtime needs an interface that is up (the namespace's loopback)
+    setup = (f"ip link set lo up && mount -t proc proc {root}/proc && mount --rbind /sys {root}/sys "
+             f"&& mount -t tmpfs tmpfs {root}/tmp")
+    result = subprocess.run(["unshare", "--net", "--mount", "--pid", "--fork", "bash", "-c", f"{setup} && {inner}"],
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    events = [json.loads(ln) for ln in result.stdout.splitlines() if ln.startswith("{")]
+    starts = sorted((e for e in events if e["event"] == "start"), key=lambda e: e["rank"])
+    dones = [e for e in events if e["event"] == "done"]
+    assert [(s["rank"], s["world_size"], s["allreduce"]) for s in starts] == [(0, 2, 3.0), (1, 2, 3.0)]
+    assert len(dones) == 2 and len({d["weights_sha256"] for d in dones}) == 1
+    assert dones[0]["loss_last"] < 1e-3 < dones[0]["loss_first"]
+    passwd = {line.split(":")[0]: line.split(":") for line in (root / "etc/passwd").read_text().splitlines()}
+    assert passwd["mpiuser"][2:4] == ["1000", "1000"] and passwd["mpiuser"][5] == "/home/mpiuser"
+    sshd = (root / "home/mpiuser/.sshd_config").read_text().splitlines()
+    assert {"Port 2222", "HostKey /home/mpiuser/.ssh/id_rsa", "StrictModes no"} <= set(sshd)
+    assert (root / "home/mpiuser/.sshd_config").stat().st_uid == 1000
+    client = (root / "etc/ssh/ssh_config.d/mpi.conf").read_text()
+    assert "Port 2222" in client and "StrictHostKeyChecking no" in client
+    assert not list((root / "etc/ssh").glob("ssh_host_*")), "a host key was left in the image"

@@ -28,7 +28,7 @@ EXAMPLES = ROOT / "examples"
 def venvs(lock) -> dict[str, str]:
     """The python of a venv per image, holding that image's pinned pythonPackages."""
     return {name: str(trainenv.package_venv(name, [str(r) for r in images.spec(name, lock)["pythonPackages"]]))
-            for name in ("jax-cpu", "xgboost-cpu")}
+            for name in ("jax-cpu", "xgboost-cpu", "mlx-cpu")}
 
 
 def run_nodes(tmp: Path, python: str, script: str, envs: list[dict[str, str]], args: list[str],
@@ -113,6 +113,24 @@ def test_xgboost_one_worker_and_no_tracker(venvs, tmp_path):
         done = one(events[0], "done")
         assert codes == [0] and done["world_size"] == 1
         assert done["test_accuracy"] > done["baseline_accuracy"] + 0.2
+
+
+def test_mlx_one_process_trains_alone(venvs, tmp_path):
+    """examples/train_mlx.py outside mpirun (no MPI here: its two ranks train over OpenMPI on the embedded
+    cluster's two real nodes in make e2e): a group of one, the all_sum its own, the loss falls."""
+    codes, events = run_nodes(tmp_path, venvs["mlx-cpu"], "train_mlx.py", [{}], ["--steps", "100"])
+    start, done = one(events[0], "start"), one(events[0], "done")
+    assert codes == [0] and start["world_size"] == 1 and start["allreduce"] == start["allreduce_expected"] == 1.0
+    assert done["loss_last"] < 1e-3 < done["loss_first"] and done["weight_error"] < 0.05, done
+
+
+def test_mlx_under_mpirun_refuses_to_train_alone(venvs, tmp_path):
+    """Told by mpirun's variable that 2 ranks were started, a process that MLX cannot put in an MPI group of 2 (no
+    mpirun here) fails with one line instead of training as a silent group of one."""
+    with pytest.raises(AssertionError, match="rank 0 exited 1") as failed:
+        run_nodes(tmp_path, venvs["mlx-cpu"], "train_mlx.py", [{"OMPI_COMM_WORLD_SIZE": "2"}], ["--steps", "5"])
+    assert "train_mlx.py: mpirun started 2 ranks but MLX" in str(failed.value)
+    assert "Traceback" not in str(failed.value)
 
 
 @pytest.mark.parametrize(("runtime", "script", "venv", "envs", "args"), [

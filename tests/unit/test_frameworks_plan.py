@@ -63,7 +63,7 @@ def test_every_debian_image_has_a_default_command_in_its_build_key(lock):
                 lock.data["builtImages"][name] = entry
 
 
-@pytest.mark.parametrize("script", ["train_jax.py", "train_xgboost.py"])
+@pytest.mark.parametrize("script", ["train_jax.py", "train_xgboost.py", "train_mlx.py"])
 def test_examples_have_help_without_their_framework(script):
     result = subprocess.run([sys.executable, str(ROOT / "examples" / script), "--help"], capture_output=True,
                             text=True, timeout=60)
@@ -112,3 +112,44 @@ def test_xgboost_workers_wait_for_the_trackers_name_to_resolve(tmp_path):
     assert "Traceback" not in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith(
         "train_xgboost.py: the tracker's address no-such-pod-0.invalid did not resolve within 1s")
+
+
+def test_the_mlx_image_is_tagged_by_its_mlx_pin_and_built_as_trainers_mpi_runtimes_expect(lock):
+    """mlx-cpu: tagged <mlx>-<suite> from its own pin; its root filesystem has OpenMPI and an SSH server
+    (`debianPackages`) and the MPI user's setup (`setup: mpi`), and both are in the build key: a change
+    rebuilds the image."""
+    entry = images.spec("mlx-cpu", lock)
+    mlx = next(str(r).split("==")[1] for r in entry["pythonPackages"] if str(r).startswith("mlx=="))
+    assert images.reference("mlx-cpu", lock) == f"{nodemod.MIRROR}/trainstack/mlx-cpu:{mlx}-bookworm"
+    base = images._base_entry("mlx-cpu", lock)
+    assert {"python3", "openmpi-bin", "openssh-server", "openssh-client"} <= set(base["debianPackages"])
+    assert base["setup"] == "mpi"
+    # what the MPI runtimes' skeleton relies on: sshd's config where the node pods' command reads it, the user
+    # the runtimes run as (runAsUser 1000), the port of their readiness probe
+    setup = " ".join(images.MPI_SETUP)
+    assert "--uid 1000" in setup and "/home/mpiuser/.sshd_config" in setup and "Port 2222" in setup
+    key = images.recipe("mlx-cpu", lock).key
+    saved = lock.data["builtImages"]["mlx-cpu"]
+    try:
+        lock.data["builtImages"]["mlx-cpu"] = {**saved, "setup": ""}
+        assert images.recipe("mlx-cpu", lock).key != key
+        lock.data["builtImages"]["mlx-cpu"] = {**saved, "debianPackages": saved["debianPackages"][:-1]}
+        assert images.recipe("mlx-cpu", lock).key != key
+        lock.data["builtImages"]["mlx-cpu"] = {**saved, "setup": "openmpi"}
+        with pytest.raises(Exception, match="lock entry setup 'openmpi' is not one of mpi"):
+            images.recipe("mlx-cpu", lock)
+    finally:
+        lock.data["builtImages"]["mlx-cpu"] = saved
+
+
+def test_a_completed_mpi_jobsets_node_jobs_may_be_gone_but_never_a_launchers_or_an_unfinished_ones():
+    """JobSet deletes the Jobs its success policy does not wait for once it completes (an MPI runtime's sshd node
+    pods): the JobSet check excuses exactly those, on a Completed JobSet with a success policy."""
+    from trainstack.e2e.workloadchecks import stopped_at_success
+
+    jobset = {"spec": {"replicatedJobs": [{"name": "node"}, {"name": "launcher"}],
+                       "successPolicy": {"operator": "All", "targetReplicatedJobs": ["launcher"]}},
+              "status": {"conditions": [{"type": "Completed", "status": "True"}]}}
+    assert stopped_at_success(jobset) == {"node"}
+    assert stopped_at_success({**jobset, "status": {"conditions": [{"type": "Completed", "status": "False"}]}}) == set()
+    assert stopped_at_success({**jobset, "spec": {**jobset["spec"], "successPolicy": {"operator": "All"}}}) == set()

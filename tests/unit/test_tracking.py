@@ -45,7 +45,7 @@ def torch_wheel(lock, monkeypatch, tmp_path):
                            "Requires-Dist: filelock\nRequires-Dist: numpy; extra == \"numpy\"\n")
 
 
-@pytest.mark.parametrize("name", ["torch-cpu", "jax-cpu", "xgboost-cpu"])
+@pytest.mark.parametrize("name", ["torch-cpu", "jax-cpu", "xgboost-cpu", "mlx-cpu"])
 def test_every_training_image_carries_the_client_in_its_one_install(lock, name, torch_wheel):
     recipe = images.recipe(name, lock)
     assert images.spec(name, lock)["trackingClient"] == lock.get("tracking", "client")

@@ -11,7 +11,9 @@ trainstack.runtime.config
   gives: out: the runtime's settings: runtimes.defaults, overwritten by its accelerator class
          (runtimes.cpu|nvidia|amd), overwritten by its own key (runtimes.<key>); `env` is the
          tracking env (_tracking.tpl, when tracking is on) and the three env lists concatenated in
-         that order (a later entry of one name wins in the container).
+         that order (a later entry of one name wins in the container). On an MPI runtime the tracking
+         env is also named in OMPI_MCA_mca_base_env_list: mpirun passes the launcher's environment to
+         no rank it starts over ssh except what that list (or `-x`) names, and rank 0 is on a node pod.
 */ -}}
 {{- define "trainstack.runtime.config" -}}
 {{- $r := .root.Values.runtimes -}}
@@ -19,6 +21,11 @@ trainstack.runtime.config
 {{- $cls := index $r .entry.class -}}
 {{- $_ := mustMergeOverwrite .out (deepCopy $r.defaults) (deepCopy (omit $cls "env" "enabled")) (deepCopy (omit $own "env" "enabled" "name" "aliases" "image")) -}}
 {{- $tracking := include "trainstack.tracking.env" .root | fromJsonArray -}}
+{{- $mpi := hasKey ((.root.Files.Get .entry.path | fromYaml).spec.mlPolicy | default dict) "mpi" -}}
+{{- if and $tracking $mpi -}}
+{{- $names := list }}{{ range $tracking }}{{ $names = append $names .name }}{{ end -}}
+{{- $tracking = append $tracking (dict "name" "OMPI_MCA_mca_base_env_list" "value" (join ";" $names)) -}}
+{{- end -}}
 {{- $_ := set .out "env" (concat $tracking ($r.defaults.env | default list) ($cls.env | default list) ($own.env | default list)) -}}
 {{- end -}}
 

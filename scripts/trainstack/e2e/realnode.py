@@ -125,7 +125,8 @@ def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
     index = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-completion-index")
     scheduled = next((c.get("lastTransitionTime") for c in status.get("conditions") or []
                       if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
-    return {"pod": pod["metadata"]["name"], "index": int(index) if index is not None else None,
+    return {"pod": pod["metadata"]["name"], "hostname": pod["spec"].get("hostname"),
+            "index": int(index) if index is not None else None,
             "node": pod["spec"].get("nodeName"), "ip": status.get("podIP"), "scheduled_at": scheduled,
             "pod_group": (pod["spec"].get("schedulingGroup") or {}).get("podGroupName"),
             "image": next((c.get("image") for c in pod["spec"].get("containers", []) if c.get("name") == "node"), None),

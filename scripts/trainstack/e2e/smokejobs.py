@@ -41,6 +41,7 @@ class SmokeJob:
         "python", "-c", "import os; print('trainstack smoke', os.environ.get('HOSTNAME'))"])
     real: bool = False
     image: str = ""  # the trainer's image instead of the runtime's (spec.trainer.image)
+    resources: dict[str, Any] = field(default_factory=dict)  # spec.trainer.resourcesPerNode, when set
 
     def manifest(self, namespace: str) -> dict[str, Any]:
         job = self._manifest(namespace)
@@ -76,6 +77,7 @@ class SmokeJob:
                     "numNodes": self.num_nodes,
                     "command": list(self.command),
                     **({"image": self.image} if self.image else {}),
+                    **({"resourcesPerNode": self.resources} if self.resources else {}),
                 },
             },
         }

@@ -50,6 +50,9 @@ from .smokejobs import (
 )
 from .workloadchecks import WorkloadChecks
 
+# What a smoke job that really runs asks per node (it prints its host name; a limit for its start-up)
+REAL_SMOKE_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "500m", "memory": "1536Mi"}}
+
 
 class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
     """Runs the steps in order against whatever `provider` brings; records a Step for each."""
@@ -80,7 +83,7 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         self.installed = False
         self.extra_values: list[Path] = []
         # builtImages the suite's workloads run on a real node (beside the node's and controllers')
-        self.workload_images: tuple[str, ...] = ("torch-cpu", "jax-cpu", "xgboost-cpu")
+        self.workload_images: tuple[str, ...] = ("torch-cpu", "jax-cpu", "xgboost-cpu", "mlx-cpu")
         self.chart_reference = ""  # the published chart `helm install` installed, where it came from a registry
         self.install_args: list[str] = []  # the chart and values `helm install` was given
 
@@ -273,6 +276,10 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         if placement is not None:
             job.node_selector, job.tolerations = placement(job)
         job.real = bool(getattr(self.provider, "is_real", lambda j: getattr(self.provider, "real_pods", False))(job))
+        if job.real:
+            # a smoke job prints a line: at the runtime's CPU request, the real ones (torch, JAX, XGBoost, MLX: eight
+            # pods at half a CPU) would not fit two 2-core nodes beside the controllers, and would queue
+            job.resources = dict(REAL_SMOKE_RESOURCES)
         return job
 
     def api(self) -> Any:

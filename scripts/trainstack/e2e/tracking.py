@@ -150,6 +150,7 @@ EXPECTED = {
     "torch": Expected("loss", "steps", ("final_loss", "train_s"), "checkpoint/checkpoint.pt"),
     "jax": Expected("loss", "steps", ("final_loss", "weight_error"), "model/weights.npy"),
     "xgboost": Expected("train_logloss", "rounds", ("test_accuracy", "test_logloss"), "model/model.json"),
+    "mlx": Expected("loss", "steps", ("final_loss", "weight_error"), "model/weights.npy"),
 }
 
 

@@ -28,6 +28,17 @@ from .smokejobs import (
 from .suitestate import SuiteState
 
 
+def stopped_at_success(jobset: dict[str, Any]) -> set[str]:
+    """The replicated jobs of a Completed JobSet whose Jobs JobSet may have deleted: those its success policy
+    does not wait for (an MPI runtime's node pods, running sshd, are stopped once the launcher succeeds)."""
+    done = any(c.get("type") == "Completed" and c.get("status") == "True"
+               for c in (jobset.get("status") or {}).get("conditions") or [])
+    targets = set(((jobset["spec"].get("successPolicy") or {}).get("targetReplicatedJobs")) or [])
+    if not done or not targets:
+        return set()
+    return {rj["name"] for rj in jobset["spec"]["replicatedJobs"]} - targets
+
+
 class WorkloadChecks(SuiteState):
     """Steps that run smoke TrainJobs and check what the controllers made of them (mixed into Suite:
     uses its kube, provider, rendered, jobs, job_labels, place, read and wait_trainjobs)."""
@@ -67,7 +78,7 @@ class WorkloadChecks(SuiteState):
             mine = [
                 j for j in jobs if (j["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name
             ]
-            wanted = {rj["name"] for rj in jobset["spec"]["replicatedJobs"]}
+            wanted = {rj["name"] for rj in jobset["spec"]["replicatedJobs"]} - stopped_at_success(jobset)
             got = {(j["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name") for j in mine}
             if wanted - got:
                 raise SuiteFailure(f"JobSet {job.name}: no Job for replicatedJob(s) {', '.join(sorted(wanted - got))}")

@@ -95,18 +95,22 @@ def simulated_pools(pools: list[NodePool], nodes: str) -> list[NodePool]:
 
 def mirror_values(lock: lockmod.Lock, path: Path, tracking: bool = False, tracked: tuple[str, ...] = ()) -> Path:
     """Helm values for the real node: every image from the cluster's registry, CPU sizes that fit
-    one 2-core node, the torch runtimes on the CPU torch image built here, output volumes on; with
+    one 2-core node, the torch runtimes on the CPU torch image built here, mlx-distributed-cpu on
+    the MLX image built here (upstream has none), output volumes on; with
     TRACKING, the MLflow tracking server for the e2e's namespaces and TRACKED on a small claim."""
     mirror = nodemod.MIRROR
     torch_repo, torch_tag = images.repository_tag("torch-cpu", lock)
+    mlx_repo, mlx_tag = images.repository_tag("mlx-cpu", lock)
     small = {"cpu": "500m", "memory": "1536Mi"}
     values = {
         "global": {"imageRegistry": mirror},
         "kubeflow-trainer": {"image": {"registry": mirror}},
         "jobset": {"image": {"repository": f"{mirror}/{lock.image('jobset-controller').repository}"}},
         "lws": {"image": {"manager": {"repository": f"{mirror}/{lock.image('lws-controller').repository}"}}},
-        "images": {"torch": {"registry": mirror, "repository": torch_repo, "tag": torch_tag, "digest": ""}},
+        "images": {"torch": {"registry": mirror, "repository": torch_repo, "tag": torch_tag, "digest": ""},
+                   "mlx-cpu": {"registry": mirror, "repository": mlx_repo, "tag": mlx_tag, "digest": ""}},
         "runtimes": {
+            "mlxCpu": {"enabled": True},
             "cpu": {"resources": {"requests": dict(small), "limits": dict(small)}},
             "defaults": {"output": {"enabled": True, "size": "1Gi", "storageClassName": nodemod.STORAGE_CLASS,
                                     "accessModes": ["ReadWriteOnce"]}},
