@@ -217,7 +217,7 @@ def describe(r: dict[str, Any]) -> str:
 
 
 class FrameworkSteps(RealNodeSteps):
-    """The real node's steps plus a JAX and an XGBoost TrainJob (mixed into Suite)."""
+    """The real nodes' steps plus a JAX, an XGBoost and an MLX TrainJob (mixed into Suite)."""
 
     framework_runs: dict[str, dict[str, Any]]  # each framework's result (train_framework_with_sdk)
     # framework -> (TrainJob, runtimes listed, its pods' PodWatch for an MPI one): submitted beside another
