@@ -7,7 +7,7 @@ Each takes a dict and fills in the runtime object it is given (Helm's dicts are 
 
 {{- /*
 trainstack.runtime.config
-  takes: (dict "root" $ "entry" <catalog entry> "out" <empty dict>)
+  takes: (dict "root" $ "entry" <catalog entry> "rt" <skeleton> "out" <empty dict>)
   gives: out: the runtime's settings: runtimes.defaults, overwritten by its accelerator class
          (runtimes.cpu|nvidia|amd), overwritten by its own key (runtimes.<key>); `env` is the
          tracking env (_tracking.tpl, when tracking is on) and the three env lists concatenated in
@@ -21,7 +21,7 @@ trainstack.runtime.config
 {{- $cls := index $r .entry.class -}}
 {{- $_ := mustMergeOverwrite .out (deepCopy $r.defaults) (deepCopy (omit $cls "env" "enabled")) (deepCopy (omit $own "env" "enabled" "name" "aliases" "image")) -}}
 {{- $tracking := include "trainstack.tracking.env" .root | fromJsonArray -}}
-{{- $mpi := hasKey ((.root.Files.Get .entry.path | fromYaml).spec.mlPolicy | default dict) "mpi" -}}
+{{- $mpi := hasKey (.rt.spec.mlPolicy | default dict) "mpi" -}}
 {{- if and $tracking $mpi -}}
 {{- $names := list }}{{ range $tracking }}{{ $names = append $names .name }}{{ end -}}
 {{- $tracking = append $tracking (dict "name" "OMPI_MCA_mca_base_env_list" "value" (join ";" $names)) -}}
