@@ -24,11 +24,32 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 
 
 def _say(record: dict) -> None:
     print(json.dumps(record, sort_keys=True), flush=True)
+
+
+def _wait_for_server(uri: str, seconds: float = 5.0) -> None:
+    """Until the tracking server accepts a connection, at most SECONDS (then MLflow's own retries apply).
+
+    A pod's first moments: a NetworkPolicy enforcer admits a new pod once it has seen the pod's address,
+    and MLflow's client waits longer after each refused connection (4 s, then 8 s, ...)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(uri)
+    if not parts.hostname:
+        return
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((parts.hostname, port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
 
 
 class Tracker:
@@ -44,6 +65,7 @@ class Tracker:
         try:
             import mlflow
 
+            _wait_for_server(os.environ["MLFLOW_TRACKING_URI"])
             mlflow.set_experiment(os.environ.get("MLFLOW_EXPERIMENT_NAME") or "Default")
             self.run = mlflow.start_run(run_name=os.environ.get("MLFLOW_RUN_NAME") or None)
             self.mlflow = mlflow

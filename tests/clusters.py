@@ -200,6 +200,12 @@ def _module(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
+def _group(item: pytest.Item) -> tuple[bool, bool]:
+    """An e2e item's group (tests/e2e/conftest.py): its group markers."""
+    return (item.get_closest_marker("beside_real_nodes") is not None,
+            item.get_closest_marker("real_nodes_2") is not None)
+
+
 def _uses(item: pytest.Item, name: str) -> bool:
     """Whether ITEM needs shared cluster NAME: as a fixture, or named in its module's USES_CLUSTERS (for
     a fixture that asks for the cluster by name, `request.getfixturevalue`)."""
@@ -214,11 +220,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for name in SHARED:
         users = list(dict.fromkeys(_module(i) for i in items if _uses(i, name)))
         e2e = [i for i in items if _uses(i, name) and _module(i).startswith("tests/e2e/")]
-        if len({i.get_closest_marker("beside_real_nodes") is None for i in e2e}) > 1:
-            # make test-e2e's two processes would each start it (tests/e2e/conftest.py)
-            raise pytest.UsageError(f"shared cluster {name} is used by e2e modules both beside and among the "
-                                    f"real-node ones: {', '.join(dict.fromkeys(_module(i) for i in e2e))}; "
-                                    "give them the same BESIDE_REAL_NODES")
+        if len({_group(i) for i in e2e}) > 1:
+            # make test-e2e's processes would each start it (tests/e2e/conftest.py)
+            raise pytest.UsageError(f"shared cluster {name} is used by e2e modules of different groups: "
+                                    f"{', '.join(dict.fromkeys(_module(i) for i in e2e))}; give them the same "
+                                    "BESIDE_REAL_NODES and REAL_NODE_GROUP")
         if len(users) < 2:
             continue
         moved = [i for i in items if _module(i) in users[1:]]

@@ -11,7 +11,6 @@ never deletes them, so TrainJobs survive `helm uninstall`. Nothing here is commi
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -251,16 +250,9 @@ def _staging(chart_dir: Path):
         yield Path(tmp)
 
 
-@contextlib.contextmanager
-def _exclusive(chart_dir: Path):
-    """One build of CHART_DIR's dependencies at a time, across processes (xdist workers, the e2e
-    groups, a render in another shell): the lock file lives in the cache, named by the chart's path."""
-    key = hashlib.sha256(str(chart_dir.resolve()).encode()).hexdigest()[:16]
-    lock_file = paths.cache_dir() / "locks" / f"deps-{key}.lock"
-    lock_file.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock_file, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
+def _exclusive(chart_dir: Path) -> contextlib.AbstractContextManager[None]:
+    """One build of CHART_DIR's dependencies at a time, across processes: the lock is named by the chart's path."""
+    return paths.exclusive(f"deps-{hashlib.sha256(str(chart_dir.resolve()).encode()).hexdigest()[:16]}")
 
 
 # How crds/ is written (part of the dependencies' fingerprint: a new form rebuilds them). Compact JSON (valid

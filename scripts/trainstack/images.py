@@ -477,6 +477,11 @@ class Built:
     source: str
 
 
+# The cache-wide lock (paths.exclusive) held while an image is built and pushed, and while the registry's
+# storage is garbage-collected (cluster/node.py).
+REGISTRY_LOCK = "registry"
+
+
 class Builder:
     """Runs crane inside the cluster's network namespace, where the registry listens."""
 
@@ -516,6 +521,13 @@ class Builder:
         return sum(int(layer.get("size", 0)) for layer in manifest.get("layers", []))
 
     def ensure(self, name: str) -> Built:
+        """NAME's image in the registry, built and pushed unless it is there under its build key. One image
+        is checked or built at a time across processes (REGISTRY_LOCK): clusters started together share the
+        registry's storage and the build folders, and its garbage collection must not run during a push."""
+        with paths.exclusive(REGISTRY_LOCK):
+            return self._ensure(name)
+
+    def _ensure(self, name: str) -> Built:
         start = time.monotonic()
         rec = recipe(name, self.lock)
         ref = reference(name, self.lock)

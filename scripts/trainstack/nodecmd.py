@@ -1,7 +1,7 @@
 """`trainstack node`: what the local cluster's real node needs from this host.
 
 `trainstack node prereqs` installs the Debian packages the lock pins under `debian` (runc, the
-CNI plugins, iptables, conntrack, mmdebstrap, zstd) with apt-get, at exactly those versions, and skips
+CNI plugins, iptables, conntrack, ipset, mmdebstrap, zstd) with apt-get, at exactly those versions, and skips
 itself when they are installed; `--check` only reports. `trainstack node status` lists the real
 node's pinned parts (tools, packages) and whether each is there, then every real node of the local
 clusters this host runs (kept ones too): its address, pod CIDR and whether each daemon is up.
@@ -19,7 +19,7 @@ from . import lock as lockmod
 from . import proc, progress, tools
 from .errors import UserError, output_line
 
-NODE_TOOLS = ("kubernetes-node", "containerd", "coredns", "registry", "crane")
+NODE_TOOLS = ("kubernetes-node", "containerd", "kube-router", "coredns", "registry", "crane")
 
 
 def pinned_packages(lock: lockmod.Lock) -> dict[str, str]:

@@ -6,7 +6,10 @@ users keep built tools across clones and a warm run skips every build.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -28,6 +31,17 @@ def cache_dir() -> Path:
     env = os.environ.get("TRAINSTACK_CACHE")
     base = Path(env) if env else Path.home() / ".cache" / "trainstack"
     return base.expanduser().resolve()
+
+
+@contextlib.contextmanager
+def exclusive(name: str) -> Iterator[None]:
+    """Hold the cache-wide lock NAME (a file under the cache's locks/) until the block ends: one holder at
+    a time across processes (xdist workers, the e2e groups, a command in another shell)."""
+    lock_file = cache_dir() / "locks" / f"{name}.lock"
+    lock_file.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock_file, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
 
 
 def lock_path() -> Path:

@@ -2,15 +2,23 @@
 `real_platform`) are session fixtures of tests/clusters.py, visible to every test; the helpers for a
 module that starts a cluster of its own are there too, and importable from here as before.
 
-`make test-e2e` runs two pytest processes side by side (tests/support/e2e_tier.py), one per group:
+`make test-e2e` runs three pytest processes side by side (tests/support/e2e_tier.py), one per group:
 - the real-node group: every module that starts a real node or a sandbox (a network namespace), runs
   `trainstack e2e` or `e2e down`, or checks what such a run leaves on the host (iptables, sysctls,
   network namespaces, cgroups, run folders): one module after another, as in a plain `pytest tests/e2e`;
-- beside it (`-m beside_real_nodes`): the modules that declare `BESIDE_REAL_NODES = True`. They run
+- the second real-node group (`-m real_nodes_2`): the modules that declare `REAL_NODE_GROUP = 2`. They
+  may start real nodes too, on clusters of their own (each cluster has its own namespaces, cgroups,
+  forwarded ports and image stores; images are built one at a time, cluster/imagestore.py,
+  images.REGISTRY_LOCK), but never run the `trainstack e2e` command nor `e2e down`, so the first group's
+  checks of what a command run leaves (its processes, its sandboxes) stay their own. No module declares it
+  now: with the real platform, its faults and node loss in this group (the tier took 819 to 1,006 s instead
+  of about 1,180), this 2-core machine was busy enough that timing-bound tests failed now and then (Kueue's
+  PodsReady timeout, the KWOK platform's Trainer controller stopping at start);
+- beside them (`-m beside_real_nodes`): the modules that declare `BESIDE_REAL_NODES = True`. They run
   on the host alone (KWOK clusters on ports the OS picks, torch, JAX and XGBoost in local processes,
-  the Kubeflow SDK offline) and touch nothing the real-node group's checks look at.
+  the Kubeflow SDK offline) and touch nothing the real-node groups' checks look at.
 A shared cluster's users stay in one group (tests/clusters.py refuses to collect otherwise):
-`platform` and `local_cluster` are used beside, `real_platform` in the real-node group.
+`platform` and `local_cluster` are used beside, `real_platform` in the first real-node group.
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from conftest import need_binaries
 __all__ = ["ONE_REAL_NODE", "fresh_run_dir", "installed", "need_binaries", "restore", "run_first_steps", "scratch"]
 
 BESIDE = "beside_real_nodes"  # the marker (pyproject.toml) of the modules that run beside the real-node ones
+SECOND = "real_nodes_2"  # the marker of the second real-node group's modules
 HERE = Path(__file__).resolve().parent
 
 
@@ -33,8 +42,16 @@ def beside(module: object) -> bool:
     return bool(getattr(module, "BESIDE_REAL_NODES", False))
 
 
+def group_marker(module: object) -> str | None:
+    """The marker of an e2e module's group: BESIDE, SECOND (REAL_NODE_GROUP = 2), or None (the first group)."""
+    if beside(module):
+        return BESIDE
+    return SECOND if getattr(module, "REAL_NODE_GROUP", 1) == 2 else None
+
+
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by it
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if Path(item.path).resolve().parent == HERE and beside(getattr(item, "module", None)):
-            item.add_marker(BESIDE)
+        marker = group_marker(getattr(item, "module", None)) if Path(item.path).resolve().parent == HERE else None
+        if marker:
+            item.add_marker(marker)

@@ -78,19 +78,20 @@ REAL_NODE_STEPS = [
 ]
 
 
-def trainstack_sandboxes() -> list[str]:
+def trainstack_sandboxes(prefix: str = "trainstack-") -> list[str]:
+    """The network namespaces and cgroup roots whose names start with PREFIX (a cluster's name: its own)."""
     netns = Path("/run/netns")
-    found = sorted(p.name for p in netns.iterdir() if p.name.startswith("trainstack-")) if netns.is_dir() else []
+    found = sorted(p.name for p in netns.iterdir() if p.name.startswith(prefix)) if netns.is_dir() else []
     cgroups = Path("/sys/fs/cgroup")
     for hierarchy in sorted(cgroups.iterdir()) if cgroups.is_dir() else []:
         if hierarchy.is_dir() and not hierarchy.is_symlink():
             found += [f"{hierarchy.name}/{p.name}" for p in hierarchy.iterdir()
-                      if p.is_dir() and p.name.startswith("trainstack-")]
+                      if p.is_dir() and p.name.startswith(prefix)]
     return found
 
 
 def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
-    from trainstack.e2e.providers.local import real_node_built
+    from trainstack.e2e.providers.local import cluster_name, real_node_built
 
     assert real_node_built(lockmod.load()), "make setup builds the real node's parts; make e2e runs on it"
     sysctls = {k: Path("/proc/sys", k).read_text() for k in ("vm/overcommit_memory", "kernel/panic",
@@ -145,6 +146,13 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
     assert run["metrics"]["final_loss"] < trained["loss_first"] and "checkpoint/checkpoint.pt" in run["artifacts"]
     assert read["other_reads_run"] is False and "trainstack-e2e" not in read["other_sees"], read
     assert read["status_link"].endswith(f"/runs/{run['run_id']}"), read  # trainstack status --runs links it
+    # the server's port is the tracked namespaces' alone, enforced on the real nodes (kube-router, NetworkPolicy):
+    # a pod of the tracked smoke namespace on the other node got through (routed); pods of a namespace nobody
+    # tracks, on the server's node (bridged) and on the other, were refused every time
+    net = read["network"]
+    assert [(p["expect"], p["connected"]) for p in net] == [("admitted", True), ("refused", False), ("refused", False)], net
+    assert net[0]["namespace"] == "trainstack-e2e" and net[0]["node"] != net[0]["server_node"], net
+    assert {p["node"] for p in net[1:]} == {"real-0", "real-1"} and all(p["failed_attempts"] > 0 for p in net[1:]), net
     # JAX and XGBoost did the same: two pods on two real nodes, exit 0, on the images built here
     for framework in ("JAX", "XGBoost"):
         run = steps[f"SDK {framework} TrainJob trains across real nodes"]["data"]
@@ -193,7 +201,8 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
     # the host was left as it was: sysctls, iptables, no namespace or cgroup of ours
     assert {k: Path("/proc/sys", k).read_text() for k in sysctls} == sysctls
     assert_same_rules(iptables, subprocess.run(["iptables-save"], capture_output=True, text=True).stdout)
-    assert trainstack_sandboxes() == []
+    # (the run's own: the other real-node group's clusters run meanwhile, tests/e2e/conftest.py)
+    assert trainstack_sandboxes(cluster_name(Path(report["run_dir"]))) == []
     assert steps["image policy on ':latest'"]["result"] in ("pass", "skip")
     # one smoke job per golden runtime, torch on CPU and GPU among them
     assert {"torch", "torch-gpu"} <= set(smoke_jobs)
@@ -201,19 +210,23 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
     # the summary table is printed with a row per step
     for name in REQUIRED:
         assert name.split()[0] in result.stdout
-    # nothing left running or listening: no process refers to the run's folders
-    assert processes_mentioning("/e2e/run-") == []
+    # nothing left running or listening: no process refers to the run's folder (the e2e tier's other groups may
+    # run `trainstack e2e` meanwhile, in folders of their own)
+    assert processes_mentioning(report["run_dir"] + "/") == []
     artifacts_after = set((ROOT / "artifacts").glob("e2e-*")) if (ROOT / "artifacts").is_dir() else set()
     assert artifacts_after == artifacts_before, "a passing run keeps no artifacts"
     assert kubeconfig_state() == user_kubeconfig, "the user's kubeconfig was changed"
 
 
-def test_keep_leaves_a_reachable_cluster_and_down_removes_everything():
+def test_keep_leaves_a_reachable_cluster_and_down_removes_everything(tmp_path):
     # KWOK nodes: keep and down are the same for both kinds; the real node's own teardown after a
     # crash is test_real_node.py's, and its full run is the test above.
+    summary = tmp_path / "summary.json"
+    run_dir = "(not started)"
     try:
-        kept = run_cli("e2e", "--keep", "--nodes", "kwok", timeout=900)
+        kept = run_cli("e2e", "--keep", "--nodes", "kwok", timeout=900, env={"TRAINSTACK_E2E_SUMMARY": str(summary)})
         assert kept.returncode == 0, kept.stdout[-3000:] + kept.stderr[-3000:]
+        run_dir = json.loads(summary.read_text())["run_dir"] + "/"  # its processes (others may run meanwhile)
         line = next(ln for ln in kept.stderr.splitlines() if ln.startswith("kept: export KUBECONFIG="))
         kubeconfig = line.split("KUBECONFIG=", 1)[1].split(";", 1)[0]
         assert "'trainstack e2e down'" in line
@@ -225,10 +238,10 @@ def test_keep_leaves_a_reachable_cluster_and_down_removes_everything():
             timeout=60,
         )
         assert nodes.returncode == 0 and "trainjob.trainer.kubeflow.org/torch" in nodes.stdout, nodes.stderr
-        assert processes_mentioning("/e2e/run-"), "--keep keeps the cluster running"
+        assert processes_mentioning(run_dir), "--keep keeps the cluster running"
     finally:
         down = run_cli("e2e", "down")
     assert down.returncode == 0, down.stderr
     assert "stopped and removed" in down.stderr
-    assert processes_mentioning("/e2e/run-") == []
+    assert processes_mentioning(run_dir) == []
     assert not Path(kubeconfig).exists()

@@ -1,18 +1,19 @@
-"""The e2e tier as two pytest processes side by side, for `make test-e2e` (not a test module).
+"""The e2e tier as three pytest processes side by side, for `make test-e2e` (not a test module).
 
 `python tests/support/e2e_tier.py FOLDER [PYTEST_ARGS...]` runs
-- the real-node group, `pytest -v tests/e2e -m "not beside_real_nodes"`, and
-- beside it, `pytest -v tests/e2e -m beside_real_nodes`, its lines prefixed with `[beside] `,
+- the real-node group, `pytest -v tests/e2e -m "not beside_real_nodes and not real_nodes_2"`,
+- the second real-node group, `pytest -v tests/e2e -m real_nodes_2`, its lines prefixed with `[real-2] `,
+- beside them, `pytest -v tests/e2e -m beside_real_nodes`, its lines prefixed with `[beside] `,
 their output relayed a whole line at a time,
-each with its own JUnit file (FOLDER/e2e.xml and FOLDER/e2e-beside.xml, which tier_times.py adds up),
-then writes FOLDER/e2e-groups.json (each group's wall seconds and exit status) and exits with the
-tier's status: 0 when both passed, 5 when neither collected a test (PYTEST_ARGS' -k may leave one
-group empty: that group alone is no failure), else the first failing group's status.
-Which modules run beside the real-node ones, and why that is safe: tests/e2e/conftest.py.
+each with its own JUnit file (FOLDER/e2e.xml, FOLDER/e2e-real2.xml and FOLDER/e2e-beside.xml, which
+tier_times.py adds up), then writes FOLDER/e2e-groups.json (each group's wall seconds and exit status)
+and exits with the tier's status: 0 when every group passed, 5 when none collected a test
+(PYTEST_ARGS' -k may leave a group empty: that group alone is no failure), else the first failing
+group's status. Which modules run in which group, and why that is safe: tests/e2e/conftest.py.
 
-Two processes rather than pytest-xdist's `--dist loadgroup`: under pytest 9.2 that mode silently
+Processes rather than pytest-xdist's `--dist loadgroup`: under pytest 9.2 that mode silently
 stops grouping (it renames item._nodeid, which pytest 9 no longer reads: pytest-dev/pytest-xdist#1386,
-open in December 2026), and the real-node modules must never run two at a time.
+open in December 2026), and a group's modules must never run two at a time.
 """
 
 from __future__ import annotations
@@ -26,13 +27,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 # name, -m expression, JUnit file, prefix of its output lines
-GROUPS = (("real-nodes", "not beside_real_nodes", "e2e.xml", ""),
+GROUPS = (("real-nodes", "not beside_real_nodes and not real_nodes_2", "e2e.xml", ""),
+          ("real-nodes-2", "real_nodes_2", "e2e-real2.xml", "[real-2] "),
           ("beside", "beside_real_nodes", "e2e-beside.xml", "[beside] "))
 NO_TESTS = 5  # pytest's exit status when it collected nothing
 
 
 def _relay(stream, prefix: str) -> None:
-    """Copy STREAM's lines to stdout as they come, each whole (so the two groups' never mix), with PREFIX."""
+    """Copy STREAM's lines to stdout as they come, each whole (so the groups' never mix), with PREFIX."""
     for line in iter(stream.readline, ""):
         sys.stdout.write(prefix + line)
         sys.stdout.flush()
@@ -66,9 +68,9 @@ def main(argv: list[str]) -> int:
     threads = []
     for name, marks, junit, prefix in GROUPS:
         (folder / junit).unlink(missing_ok=True)
-        # the second process leaves pytest's cache (last failed) to the first
+        # the other processes leave pytest's cache (last failed) to the first
         cache = ["-p", "no:cacheprovider"] if prefix else []
-        # -v: a line per test as it ends (the two groups' lines are relayed whole, never mixed)
+        # -v: a line per test as it ends (the groups' lines are relayed whole, never mixed)
         cmd = [sys.executable, "-m", "pytest", *cache, "-v", "tests/e2e", "-m", marks, f"--junitxml={folder / junit}",
                *extra]
         thread = threading.Thread(target=_run, args=(name, cmd, prefix, groups))

@@ -1,11 +1,13 @@
-"""The real nodes' containerd image stores kept between clusters: who may claim one, and which images
-a reused store must drop before the kubelet starts."""
+"""The real nodes' containerd image stores kept between clusters: who may claim one, how an empty one is
+cloned from a populated one, and which images a reused store must drop before the kubelet starts."""
 
 from __future__ import annotations
 
 import fcntl
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from trainstack.cluster import imagestore
 
@@ -68,3 +70,64 @@ def test_a_store_whose_database_a_live_containerd_holds_is_skipped(tmp_path):
     with open(db, "rb") as probe:  # the probe left no lock behind
         fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
     got.release()
+
+
+def populated(root: Path) -> dict[str, Path]:
+    """A store as containerd leaves it: its files by role."""
+    files = {
+        "meta": root / imagestore.META_DB,
+        "blob": root / "io.containerd.content.v1.content" / "blobs" / "sha256" / "abc",
+        "ingest": root / "io.containerd.content.v1.content" / "ingest" / "x" / "data",
+        "snapshots_db": root / "io.containerd.snapshotter.v1.overlayfs" / "metadata.db",
+        "layer_file": root / "io.containerd.snapshotter.v1.overlayfs" / "snapshots" / "1" / "fs" / "etc" / "os-release",
+        "cri": root / "io.containerd.grpc.v1.cri" / "containers" / "c1" / "status",
+    }
+    for role, path in files.items():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(role)
+    home = root / "io.containerd.snapshotter.v1.overlayfs" / "snapshots" / "1" / "fs" / "home" / "mpiuser"
+    home.mkdir(parents=True)
+    if os.geteuid() == 0:
+        os.chown(home, 1000, 1000)
+    files["home"] = home
+    return files
+
+
+def test_seed_clones_a_populated_store_sharing_only_its_immutable_parts(tmp_path):
+    source = populated(tmp_path / "0" / "root")
+    assert imagestore.seed(tmp_path, size=3) == [tmp_path / "1" / "root", tmp_path / "2" / "root"]
+    for n in (1, 2):
+        clone = {role: tmp_path / str(n) / "root" / path.relative_to(tmp_path / "0" / "root")
+                 for role, path in source.items()}
+        assert all(clone[r].read_text() == r for r in source if r != "home")
+        # content blobs and unpacked layers: the same files (no disk); databases and records: copies of their own
+        same = {r for r in source if r != "home" and os.stat(source[r]).st_ino == os.stat(clone[r]).st_ino}
+        assert same == {"blob", "layer_file"}
+        if os.geteuid() == 0:  # a layer's directories keep their owners (a user's home in the image)
+            assert (os.stat(clone["home"]).st_uid, os.stat(clone["home"]).st_gid) == (1000, 1000)
+    clone_meta = tmp_path / "1" / "root" / imagestore.META_DB
+    clone_meta.write_text("changed by the clone's containerd")
+    assert source["meta"].read_text() == "meta"
+    assert not (tmp_path / "1" / "root.partial").exists()
+    # every store is populated now: nothing more to seed, and a claim gets a store that holds images
+    assert imagestore.seed(tmp_path, size=3) == []
+    got = imagestore.claim(tmp_path, size=3)
+    assert got and got.reused
+    got.release()
+
+
+def test_claim_prefers_a_store_with_images_and_seeding_never_copies_one_in_use(tmp_path):
+    populated(tmp_path / "0" / "root")
+    first = imagestore.claim(tmp_path, size=2)
+    assert first and first.root == tmp_path / "0" / "root" and first.reused  # the populated one first
+    assert imagestore.seed(tmp_path, size=2) == []  # store 0 is in use: never copied while a node runs on it
+    second = imagestore.claim(tmp_path, size=2)
+    assert second and second.root == tmp_path / "1" / "root" and not second.reused
+    assert list(second.root.iterdir()) == []
+    second.release()
+    first.release()
+    # both free: a claim prefers the populated store; seeding then fills the empty one
+    again = imagestore.claim(tmp_path, size=2)
+    assert again and again.root == tmp_path / "0" / "root"
+    again.release()
+    assert imagestore.seed(tmp_path, size=2) == [tmp_path / "1" / "root"]

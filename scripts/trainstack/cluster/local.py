@@ -33,6 +33,7 @@ import yaml
 from .. import images, kubeapi, paths, proc, progress, tools
 from .. import lock as lockmod
 from ..errors import UserError, output_line
+from . import imagestore, netpol
 from . import node as nodemod
 from . import sandbox as sandboxmod
 from .common import check_ports_free, free_port, pid_alive, port_is_free, stop_pids
@@ -214,7 +215,9 @@ class LocalCluster:
 
     def _start_node(self) -> None:
         pki, api, cache = self.cluster_dir / "pki", self.ports()["kube-apiserver"], paths.cache_dir() / "node"
-        stores = cache / "stores"  # containerd roots kept between clusters (cluster/imagestore.py)
+        stores = imagestore.pool_dir()  # containerd roots kept between clusters
+        for store in imagestore.seed(stores):
+            progress.info(f"  image store {store} cloned from a populated one (hard links)")
         self.node = nodemod.RealNode(self.sandbox, pki, api, cache, self.lock, store_pool=stores)
         self.nodes = [self.node]
         for index in range(1, self.real_nodes):
@@ -225,6 +228,7 @@ class LocalCluster:
         for real in self.nodes:
             real.sandbox.add_routes(nodemod.pod_routes(real.index, len(self.nodes)))
             real.write_config()
+        self.apply(netpol.rbac_objects())  # before kube-router starts on the nodes
         self.node.start_registry()
         builder = images.Builder(self.sandbox.enter_net(), self.lock)
         self.built_images = builder.ensure_all(self.image_names)
@@ -235,6 +239,10 @@ class LocalCluster:
             real.start(registry_digest=builder.digest)
         self.apply(nodemod.coredns_objects(images.reference("coredns", self.lock)))
         self.wait_real_node(timeout=90)
+        for real in self.nodes:  # NetworkPolicy: kube-router reads its Node at start
+            real.start_netpol()
+        for real in self.nodes:
+            real.wait_netpol()
 
     def wait_real_node(self, timeout: float) -> None:
         """Every real node Ready; then each Node's spec.podCIDR records the subnet its pods get (set once)."""

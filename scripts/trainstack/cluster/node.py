@@ -29,10 +29,10 @@ from typing import Any
 
 import yaml
 
-from .. import images, proc, tools
+from .. import images, paths, proc, tools
 from .. import lock as lockmod
 from ..errors import UserError
-from . import imagestore
+from . import imagestore, netpol
 from . import sandbox as sandboxmod
 from .sandbox import NODE_IP, Sandbox, node_ip
 
@@ -53,7 +53,7 @@ REGISTRY_PORT = 5000
 MIRROR = f"localhost:{REGISTRY_PORT}"
 RUNC = "/usr/sbin/runc"
 CNI_BIN = "/usr/lib/cni"
-BINARIES = ("kubelet", "kube-proxy", "containerd", "containerd-shim-runc-v2", "ctr", "registry")
+BINARIES = ("kubelet", "kube-proxy", "kube-router", "containerd", "containerd-shim-runc-v2", "ctr", "registry")
 STORAGE_CLASS = "standard"
 
 
@@ -239,8 +239,10 @@ state = "{d}/containerd/state"
         crt, key = sign_cert(self.pki, "node" if self.index == 0 else f"node-{self.index}",
                              f"/O=system:nodes/CN=system:node:{self.name}", (self.ip, "127.0.0.1"))
         pcrt, pkey = sign_cert(self.pki, "kube-proxy", "/CN=system:kube-proxy")
+        rcrt, rkey = sign_cert(self.pki, "kube-router", f"/CN={netpol.USER}")
         (d / "kubelet.kubeconfig").write_text(yaml.safe_dump(kubeconfig(server, ca, crt, key, "node")))
         (d / "kube-proxy.kubeconfig").write_text(yaml.safe_dump(kubeconfig(server, ca, pcrt, pkey, "kube-proxy")))
+        (d / "kube-router.kubeconfig").write_text(yaml.safe_dump(kubeconfig(server, ca, rcrt, rkey, "kube-router")))
         (d / "kubelet.yaml").write_text(yaml.safe_dump({
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
             "failCgroupV1": False,  # cgroup v1 hosts
@@ -306,15 +308,17 @@ state = "{d}/containerd/state"
         the old one's, gigabytes for torch): `registry garbage-collect --delete-untagged`, run while nothing
         is pushed (after the builds, before the nodes pull). Its last line, for the log."""
         b = self.binaries()
-        result = proc.run([str(b["registry"]), "garbage-collect", "--delete-untagged", str(self.dir / "registry.yaml")],
-                          check=False, timeout=600, stdin=proc.DEVNULL, what="registry garbage-collect")
+        with paths.exclusive(images.REGISTRY_LOCK):  # no other cluster pushes meanwhile (the storage is shared)
+            result = proc.run([str(b["registry"]), "garbage-collect", "--delete-untagged",
+                               str(self.dir / "registry.yaml")],
+                              check=False, timeout=600, stdin=proc.DEVNULL, what="registry garbage-collect")
         if result.returncode != 0:
             raise UserError(f"registry garbage-collect failed: {(result.stderr or result.stdout).strip()[-300:]}")
         return (result.stdout.strip().splitlines() or [""])[-1]
 
     def start(self, registry_digest: Callable[[str], str | None] | None = None) -> None:
         """containerd, then (on a reused image store, with `registry_digest`) the store's stale tags
-        removed, then kubelet and kube-proxy."""
+        removed, then kubelet and kube-proxy (kube-router comes once the Node exists: start_netpol)."""
         b = self.binaries()
         env = {"PATH": f"{self.dir / 'bin'}:{Path(b['containerd']).parent}:/usr/sbin:/usr/bin:/sbin:/bin"}
         self.procs["containerd"] = self._start(
@@ -332,6 +336,22 @@ state = "{d}/containerd/state"
         self.procs["kube-proxy"] = self._start(
             "kube-proxy", [str(b["kube-proxy"]), "--config", str(self.dir / "kube-proxy.yaml"), "--v=1"],
             self.logs_dir / "kube-proxy.log", env=env)
+
+    def start_netpol(self) -> None:
+        """kube-router's NetworkPolicy firewall (cluster/netpol.py); it reads this node's Node at start, so
+        only once the kubelet has registered it."""
+        b = self.binaries()
+        env = {"PATH": f"{netpol.legacy_bin(self.dir / 'netpol-bin')}:/usr/sbin:/usr/bin:/sbin:/bin"}  # ipset
+        self.procs["kube-router"] = self._start(
+            "kube-router", netpol.command(b["kube-router"], self.dir / "kube-router.kubeconfig", self.name, SERVICE_CIDR),
+            self.logs_dir / "kube-router.log", env=env)
+
+    def wait_netpol(self, timeout: float = 30) -> None:
+        """Until kube-router's first sync is in the node's iptables (before that it enforces nothing)."""
+        daemon = self.procs["kube-router"]
+        if not self.sandbox.wait_until(netpol.SYNCED_PROBE, timeout, alive=lambda: daemon.poll() is None):
+            raise UserError(f"kube-router (NetworkPolicy) on node {self.name} is not healthy: "
+                            f"{self.log_tail('kube-router')}", f"log: {self.logs_dir / 'kube-router.log'}")
 
     def ctr(self, *args: str) -> str:
         """`ctr` on this node's containerd, in the kubelet's (CRI's) namespace."""
@@ -410,12 +430,13 @@ state = "{d}/containerd/state"
         return sandboxmod.log_tail(self.logs_dir / f"{component}.log", lines)
 
     def logs(self) -> dict[str, Path]:
-        return {name: self.logs_dir / f"{name}.log" for name in ("registry", "containerd", "kubelet", "kube-proxy")
+        return {name: self.logs_dir / f"{name}.log" for name in ("registry", "containerd", "kubelet", "kube-proxy",
+                                                                 "kube-router")
                 if (self.logs_dir / f"{name}.log").is_file()}
 
     def stop(self) -> None:
         """kubelet first (no new pods), then containerd and the rest; the sandbox removes the containers."""
-        first = [self.procs[n] for n in ("kubelet", "kube-proxy") if n in self.procs]
+        first = [self.procs[n] for n in ("kubelet", "kube-proxy", "kube-router") if n in self.procs]
         sandboxmod.stop_all(first)
         sandboxmod.stop_all([p for p in self.procs.values() if p not in first])
         self.procs.clear()

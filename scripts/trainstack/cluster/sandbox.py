@@ -226,16 +226,20 @@ class Sandbox:
         stats = shown[0]["stats64"]
         return {"rx": int(stats["rx"]["bytes"]), "tx": int(stats["tx"]["bytes"])}
 
-    def wait_listening(self, port: int, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
-        """True once something accepts connections on 127.0.0.1:PORT inside the namespace; False when
-        TIMEOUT passes or ALIVE() says the server exited first."""
+    def wait_until(self, script: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
+        """True once bash SCRIPT exits 0 inside the namespace; False when TIMEOUT passes or ALIVE() says
+        the daemon it waits for exited first."""
         deadline = time.monotonic() + timeout
-        probe = [*self.enter_net(), "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}"]
-        while not proc.succeeds(probe):
+        probe = [*self.enter_net(), "bash", "-c", script]
+        while not proc.succeeds(probe, timeout=10):
             if time.monotonic() > deadline or not alive():
                 return False
             time.sleep(0.2)
         return True
+
+    def wait_listening(self, port: int, timeout: float, alive: Callable[[], bool] = lambda: True) -> bool:
+        """True once something accepts connections on 127.0.0.1:PORT inside the namespace (wait_until)."""
+        return self.wait_until(f"exec 3<>/dev/tcp/127.0.0.1/{port}", timeout, alive)
 
     def start(self, name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> proc.Popen:
         """A daemon inside the sandbox, its output in `log`."""

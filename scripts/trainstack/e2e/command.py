@@ -185,6 +185,7 @@ def run(args: argparse.Namespace) -> int:
                 {
                     **({"upgrade": upgrade_report} if upgrade_report is not None else {}),
                     "provider": provider.name,
+                    "run_dir": str(run_dir),
                     "env": args.env,
                     "data_cache": args.data_cache,
                     "seconds": round(total, 1),

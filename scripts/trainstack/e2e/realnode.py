@@ -28,6 +28,7 @@ from .. import images, kubeapi, paths
 from .. import status as statusmod
 from ..api import GANG_GROUP
 from ..errors import UserError
+from . import netreach
 from . import tracking as trackingmod
 from .base import GROUP, RELEASE, SMOKE_NS, VERSION, Outcome, StepFn, SuiteFailure
 from .cannotstart import cannot_start
@@ -426,6 +427,7 @@ class RealNodeSteps(SuiteState):
 
     trained: dict[str, Any]  # the SDK TrainJob's result (train_with_sdk)
     killed: dict[str, Any]  # the killed-worker TrainJob's result (worker_killed)
+    probes: list[dict[str, Any]]  # who tried the tracking server's port (netreach.start), checked by tracked_run
 
     def real_node_count(self) -> int:
         """How many real nodes the provider's cluster has (none where it has no such list)."""
@@ -490,6 +492,10 @@ class RealNodeSteps(SuiteState):
                        f"({r['message'][:160]})", r)
 
     def sdk_training(self) -> Outcome:
+        if getattr(self.provider, "tracking", False):
+            # meanwhile, pods in a tracked and an untracked namespace try the tracking server (its NetworkPolicy,
+            # enforced on the real nodes); tracked_run reads what they found
+            self.probes = netreach.start(self.kube, self.lock, SMOKE_NS, trackingmod.SERVICE, trackingmod.PORT)
         self.trained = train_with_sdk(self.kube, self.provider.kubeconfig, self.provider.cluster.nodes,
                                       timeout=int(self.provider.job_timeout))
         r = self.trained
@@ -512,11 +518,14 @@ class RealNodeSteps(SuiteState):
             raise RealNodeFailure(f"trainstack status --runs shows run {row.run_id if row else '(no row)'!r} for "
                                   f"TrainJob {name}, MLflow has {r['run_id']}")
         read["status_link"] = row.run_link
+        read["network"] = netreach.finish(self.kube, self.probes)
+        reach = ", ".join(f"{p['namespace']} on {p['node']} {'admitted' if p['connected'] else 'refused'}"
+                          for p in read["network"])
         return Outcome(f"run {r['run_id'][:12]} ({name}) in experiment {SMOKE_NS}: {r['status']}, "
                        f"{len(r['params'])} params, loss at {len(r['histories']['loss'])} steps, final_loss "
                        f"{r['metrics']['final_loss']:.4f}, artifacts {', '.join(r['artifacts'])}; "
-                       f"{trackingmod.OTHER_NS}'s account refused ({read.get('other_refusal', '')[:60]})",
-                       {**read, "run": r})
+                       f"{trackingmod.OTHER_NS}'s account refused ({read.get('other_refusal', '')[:60]}); "
+                       f"the server's port: {reach}", {**read, "run": r})
 
     def checkpoint_kept(self) -> Outcome:
         r = checkpoint_outlives_pods(self.kube, self.trained["name"], images.reference("torch-cpu", self.lock))

@@ -32,6 +32,7 @@ from ..errors import UserError
 from .base import NAMESPACE, SMOKE_NS
 
 SERVICE = "trainstack-tracking"
+PORT = 5000  # tracking.port in the values the e2e installs (values())
 METRICS_SERVICE = f"{SERVICE}-metrics"  # the server's request metrics (its `metrics` sidecar, no login)
 METRICS_PORT = 9102  # tracking.metricsPort in the values the e2e installs (values())
 SECRET = "trainstack-tracking"  # in each tracked namespace: username, password
@@ -44,7 +45,7 @@ def namespaces(extra: tuple[str, ...] = ()) -> list[str]:
     return list(dict.fromkeys([SMOKE_NS, OTHER_NS, *extra]))
 
 
-def values(port: int = 5000, extra: tuple[str, ...] = ()) -> dict[str, Any]:
+def values(port: int = PORT, extra: tuple[str, ...] = ()) -> dict[str, Any]:
     """The chart values that turn tracking on for the e2e's namespaces (`namespaces(EXTRA)`), on the ports the
     checks forward to."""
     return {"tracking": {"enabled": True, "namespaces": namespaces(extra), "port": port, "metricsPort": METRICS_PORT}}
@@ -68,7 +69,7 @@ def credential(kube: Any, namespace: str, timeout: float = 120) -> tuple[str, st
 
 
 @contextmanager
-def forwarded(kube: Any, lock: lockmod.Lock, port: int = 5000, timeout: float = 60,
+def forwarded(kube: Any, lock: lockmod.Lock, port: int = PORT, timeout: float = 60,
               service: str = SERVICE) -> Iterator[str]:
     """http://127.0.0.1:<free port>, forwarded to PORT of the tracking Service (or SERVICE) by `kubectl
     port-forward`."""

@@ -69,7 +69,7 @@ NODE_MODES = ("kwok", "real", "both")
 # Real nodes by default: two, so that a two-node TrainJob's pods run on two machines and talk across them.
 DEFAULT_REAL_NODES = 2
 SIMULATED_TAINT = {"key": "trainstack.io/simulated", "value": "true", "effect": "NoSchedule"}
-REAL_NODE_TOOLS = ("kubelet", "kube-proxy", "containerd", "registry", "crane", "coredns")
+REAL_NODE_TOOLS = ("kubelet", "kube-proxy", "kube-router", "containerd", "registry", "crane", "coredns")
 
 
 def real_node_built(lock: lockmod.Lock) -> bool:
@@ -203,8 +203,7 @@ class LocalProvider(Provider):
                 progress.info(f"  {line} (left by an earlier run)")
         pools = simulated_pools(pools_for(golden_runtimes(suite.rendered)), self.nodes)
         self.cluster = LocalCluster(
-            # unique per run directory (two runs in one process, or of equal pids, never share a name)
-            name=f"trainstack-e2e-{hashlib.sha256(str(self.run_dir.resolve()).encode()).hexdigest()[:6]}",
+            name=cluster_name(self.run_dir),
             workdir=self.run_dir / "kwok",
             pools=pools,
             port_base=self.port_base,
@@ -411,6 +410,12 @@ class LocalProvider(Provider):
         if left:
             raise UserError(f"processes still running after teardown: {', '.join(left)}")
         return f"stopped {len(pids)} processes"
+
+
+def cluster_name(run_dir: Path) -> str:
+    """The local cluster's name for RUN_DIR, which its sandboxes' names start with: unique per run directory
+    (two runs in one process, or of equal pids, never share a name)."""
+    return f"trainstack-e2e-{hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:6]}"
 
 
 def down_kept() -> str:
