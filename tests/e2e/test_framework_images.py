@@ -14,7 +14,7 @@ import subprocess
 import pytest
 
 from conftest import ROOT
-from trainstack import images, paths
+from trainstack import imagelayers, images, paths
 from trainstack import lock as lockmod
 from trainstack.cluster import node as nodemod
 from trainstack.cluster import sandbox as sandboxmod
@@ -60,7 +60,7 @@ def test_framework_image_has_a_command_and_trains(builder, tmp_path, name, scrip
     assert (config["WorkingDir"], config["User"]) == ("/workspace", "1000:1000")
     assert config["Labels"][images.KEY_LABEL] == images.recipe(name, lock).key
     layers = json.loads(builder.crane_ok("manifest", built.reference))["layers"]
-    assert len(layers) == 2 and {layer["mediaType"] for layer in layers} == {images.ZSTD_MEDIA_TYPE}
+    assert len(layers) == 2 and {layer["mediaType"] for layer in layers} == {imagelayers.ZSTD_MEDIA_TYPE}
     assert builder.ensure(name).action == "up to date"
 
     root = export(builder, built.reference, tmp_path)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli
-from trainstack import images, paths, tools
+from trainstack import imagelayers, images, paths, tools
 from trainstack import lock as lockmod
 from trainstack.cluster import node as nodemod
 from trainstack.cluster import sandbox as sandboxmod
@@ -135,7 +135,7 @@ def test_images_carry_their_build_key_and_a_second_build_pushes_nothing(sandbox,
     assert config["Entrypoint"] == ["/pause"] and config["User"] == "65535:65535"
     # its layers are zstd (containerd unpacks them; every pod sandbox on the real node runs this image)
     layers = json.loads(builder.crane_ok("manifest", first.reference))["layers"]
-    assert layers and {layer["mediaType"] for layer in layers} == {images.ZSTD_MEDIA_TYPE}
+    assert layers and {layer["mediaType"] for layer in layers} == {imagelayers.ZSTD_MEDIA_TYPE}
 
 
 def test_e2e_down_cleans_up_after_a_crashed_run():
