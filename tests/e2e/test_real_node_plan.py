@@ -5,6 +5,7 @@ from __future__ import annotations
 import yaml
 
 from trainstack import images
+from trainstack.cluster import addons
 from trainstack.cluster import node as nodemod
 from trainstack.e2e.providers import local as localprov
 
@@ -19,7 +20,7 @@ def test_mirror_values_point_every_image_at_the_clusters_registry(lock, tmp_path
     assert values["jobset"]["image"]["repository"] == f"{mirror}/{lock.image('jobset-controller').repository}"
     torch = values["images"]["torch"]
     assert f"{torch['registry']}/{torch['repository']}:{torch['tag']}" == images.reference("torch-cpu", lock)
-    assert values["runtimes"]["defaults"]["output"]["storageClassName"] == nodemod.STORAGE_CLASS
+    assert values["runtimes"]["defaults"]["output"]["storageClassName"] == addons.STORAGE_CLASS
 
 
 def test_node_prereqs_check_names_a_package_not_at_its_pinned_version(tmp_path, lock):

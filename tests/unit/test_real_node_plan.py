@@ -6,6 +6,7 @@ import ipaddress
 from pathlib import Path
 
 from trainstack import images
+from trainstack.cluster import addons
 from trainstack.cluster import node as nodemod
 from trainstack.cluster.local import NodePool
 from trainstack.e2e import smokejobs as smokemod
@@ -64,7 +65,7 @@ def test_trainjob_names_from_runtime_names_are_dns_labels():
 
 
 def test_static_volumes_are_a_default_class_with_retained_hostpath_pvs(tmp_path):
-    objs = nodemod.static_volumes(tmp_path, count=3)
+    objs = addons.static_volumes(tmp_path, count=3)
     sc, pvs = objs[0], objs[1:]
     assert sc["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"] == "true"
     assert len(pvs) == 3 and all(pv["spec"]["persistentVolumeReclaimPolicy"] == "Retain" for pv in pvs)

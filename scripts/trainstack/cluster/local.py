@@ -33,7 +33,7 @@ import yaml
 from .. import images, kubeapi, paths, proc, progress, tools
 from .. import lock as lockmod
 from ..errors import UserError, output_line
-from . import imagestore, netpol
+from . import addons, imagestore, netpol
 from . import node as nodemod
 from . import sandbox as sandboxmod
 from .common import check_ports_free, free_port, pid_alive, port_is_free, stop_pids
@@ -193,7 +193,7 @@ class LocalCluster:
         if self.real_node:
             self._start_node()
         # PersistentVolumeClaims bind for real (the PV controller) to static PVs, on every kind of node
-        self.apply(nodemod.static_volumes(self.workdir / "storage"))
+        self.apply(addons.static_volumes(self.workdir / "storage"))
         self.create_nodes()
         self.wait_nodes_ready(timeout=60)
         return self
@@ -237,7 +237,7 @@ class LocalCluster:
                 self.node.collect_registry_garbage()
         for real in self.nodes:
             real.start(registry_digest=builder.digest)
-        self.apply(nodemod.coredns_objects(images.reference("coredns", self.lock)))
+        self.apply(addons.coredns_objects(images.reference("coredns", self.lock)))
         self.wait_real_node(timeout=90)
         for real in self.nodes:  # NetworkPolicy: kube-router reads its Node at start
             real.start_netpol()

@@ -22,8 +22,8 @@ import yaml
 
 from ... import images, paths, proc, progress, tools
 from ... import lock as lockmod
+from ...cluster import addons, sandbox
 from ...cluster import node as nodemod
-from ...cluster import sandbox
 from ...cluster.local import GPU_RESOURCE, PORT_NAMES, LocalCluster, NodePool, pid_alive, stop_pids
 from ...errors import UserError
 from .. import tracking as trackingmod
@@ -112,13 +112,13 @@ def mirror_values(lock: lockmod.Lock, path: Path, tracking: bool = False, tracke
         "runtimes": {
             "mlxCpu": {"enabled": True},
             "cpu": {"resources": {"requests": dict(small), "limits": dict(small)}},
-            "defaults": {"output": {"enabled": True, "size": "1Gi", "storageClassName": nodemod.STORAGE_CLASS,
+            "defaults": {"output": {"enabled": True, "size": "1Gi", "storageClassName": addons.STORAGE_CLASS,
                                     "accessModes": ["ReadWriteOnce"]}},
         },
     }
     if tracking:
         values["tracking"] = {**trackingmod.values(extra=tracked)["tracking"],
-                              "storage": {"size": "1Gi", "storageClassName": nodemod.STORAGE_CLASS}}
+                              "storage": {"size": "1Gi", "storageClassName": addons.STORAGE_CLASS}}
     path.write_text("# written by trainstack e2e for the local cluster's real node\n" + yaml.safe_dump(values))
     return path
 
