@@ -45,19 +45,6 @@ def leftovers(name: str) -> list[str]:
     return found
 
 
-def owner_record(netns: str) -> dict:
-    """Sandbox NETNS's owner record: the pid that created it and its work folder ({} when there is none)."""
-    try:
-        return json.loads((sandboxmod.OWNERS_DIR / f"{netns}.json").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def owner_pid(netns: str) -> int | None:
-    """The pid that created sandbox NETNS, from its owner record."""
-    return owner_record(netns).get("owner_pid")
-
-
 def listening(port: int) -> bool:
     with socket.socket() as sock:
         sock.settimeout(1)
@@ -154,13 +141,14 @@ def test_e2e_down_cleans_up_after_a_crashed_run():
             assert time.monotonic() < deadline, "the run never reached helm install"
             time.sleep(0.5)
         # this run's sandboxes (another group's clusters may run meanwhile: make test-e2e)
-        names = [p.name for p in sandboxmod.NETNS_DIR.iterdir() if owner_pid(p.name) == proc.pid]
+        names = [p.name for p in sandboxmod.NETNS_DIR.iterdir()
+                 if sandboxmod.owner_record(p.name).get("owner_pid") == proc.pid]
         assert names, "a real-node run has a sandbox"
     finally:
         os.killpg(proc.pid, signal.SIGKILL)  # the suite dies without tearing down
         proc.wait()
     # the crashed run's folder, from its sandbox's owner record (workdir: RUN/kwok/n0); others may run meanwhile
-    run_dir = str(Path(owner_record(names[0])["workdir"]).parents[1]) + "/"
+    run_dir = str(Path(sandboxmod.owner_record(names[0])["workdir"]).parents[1]) + "/"
     assert processes_mentioning(run_dir), "the crashed run left its cluster running"
     down = run_cli("e2e", "down", timeout=300)
     assert down.returncode == 0, down.stderr

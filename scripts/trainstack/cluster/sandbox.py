@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from .. import proc
 from ..errors import UserError
@@ -380,10 +381,20 @@ def stale() -> list[Sandbox]:
     return out
 
 
+def owner_record(netns: str) -> dict[str, Any]:
+    """Sandbox NETNS's owner record: the pid that made it (`owner_pid`) and its work folder (`workdir`);
+    {} when there is none."""
+    try:
+        record = json.loads((OWNERS_DIR / f"{netns}.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
 def _owner_alive(netns: str) -> bool:
     try:
-        pid = int(json.loads((OWNERS_DIR / f"{netns}.json").read_text())["owner_pid"])
-    except (OSError, ValueError, KeyError):
+        pid = int(owner_record(netns)["owner_pid"])
+    except (KeyError, TypeError, ValueError):
         return False
     return pid != os.getpid() and pid_alive(pid)
 
