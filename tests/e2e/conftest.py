@@ -10,15 +10,16 @@ module that starts a cluster of its own are there too, and importable from here 
   may start real nodes too, on clusters of their own (each cluster has its own namespaces, cgroups,
   forwarded ports and image stores; images are built one at a time, cluster/imagestore.py,
   images.REGISTRY_LOCK), but never run the `trainstack e2e` command nor `e2e down`, so the first group's
-  checks of what a command run leaves (its processes, its sandboxes) stay their own. No module declares it
-  now: with the real platform, its faults and node loss in this group (the tier took 819 to 1,006 s instead
-  of about 1,180), this 2-core machine was busy enough that timing-bound tests failed now and then (Kueue's
-  PodsReady timeout, the KWOK platform's Trainer controller stopping at start);
+  checks of what a command run leaves (its processes, its sandboxes) stay their own: the real platform
+  (`test_real_platform`, `test_lifecycle_real`) and node loss (`test_node_loss`). The timing-bound tests
+  that failed now and then on this 2-core machine with three groups at once are made to ride out the load:
+  a host controller that exits at start is started again (e2e/hostcontrollers.py), and the teams' Kueue
+  waits longer for PodsReady (e2e/teams_live.py);
 - beside them (`-m beside_real_nodes`): the modules that declare `BESIDE_REAL_NODES = True`. They run
   on the host alone (KWOK clusters on ports the OS picks, torch, JAX and XGBoost in local processes,
   the Kubeflow SDK offline) and touch nothing the real-node groups' checks look at.
 A shared cluster's users stay in one group (tests/clusters.py refuses to collect otherwise):
-`platform` and `local_cluster` are used beside, `real_platform` in the first real-node group.
+`platform` and `local_cluster` are used beside, `real_platform` in the second real-node group.
 """
 
 from __future__ import annotations

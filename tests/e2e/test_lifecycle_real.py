@@ -11,6 +11,7 @@ import pytest
 from trainstack.e2e.faults import real_node_fault
 
 pytestmark = pytest.mark.e2e
+REAL_NODE_GROUP = 2  # real nodes on clusters of its own, beside the first group (tests/e2e/conftest.py)
 
 
 # real_platform: the session's real-node platform (tests/clusters.py), shared with test_real_platform.py: the

@@ -23,6 +23,7 @@ from trainstack.e2e.providers.local import REAL_NODE_TOOLS, LocalProvider
 from trainstack.quantity import parse as quantity
 
 pytestmark = pytest.mark.e2e
+REAL_NODE_GROUP = 2  # real nodes on clusters of its own, beside the first group (tests/e2e/conftest.py)
 
 
 @pytest.fixture(scope="module")

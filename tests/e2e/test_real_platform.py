@@ -34,6 +34,7 @@ from trainstack.e2e import suite as suitemod
 from trainstack.e2e import tracking as trackingmod
 
 pytestmark = pytest.mark.e2e
+REAL_NODE_GROUP = 2  # real nodes on clusters of its own, beside the first group (tests/e2e/conftest.py)
 
 KUBECONFIG_ENV = "TRAINSTACK_PIPELINE_KUBECONFIG"
 MODEL = "trainstack-pipeline-ddp"  # the registered model the pipeline test makes a version of

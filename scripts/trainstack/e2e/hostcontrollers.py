@@ -40,6 +40,9 @@ CONTROLLER_IMAGES = ("trainer-controller-manager", "jobset-controller", "lws-con
 # the chart grants no Lease access). A lone local process needs no lease, so their election is switched
 # off rather than granting RBAC the chart does not.
 NAMESPACE_FROM_POD_ONLY = frozenset({"lws-controller"})
+# Starts of a controller that exits before it is ready, in all (HostControllers.wait_ready): the kubelet would
+# go on restarting it; three starts ride out a slow start and still fail a controller that cannot start.
+START_ATTEMPTS = 3
 
 
 @dataclass
@@ -360,19 +363,26 @@ class HostControllers:
                 )
             ctl.pid = ctl.process.pid
 
-    def wait_ready(self, timeout: float = 90, on_wait=None) -> None:
-        """Until every controller answers /readyz; a controller that exits or stays unready fails fast with its log."""
+    def wait_ready(self, timeout: float = 90, on_wait=None, starts: int = START_ATTEMPTS) -> None:
+        """Until every controller answers /readyz. A controller that exits first is started again (its log
+        kept), as the kubelet restarts a Deployment's pod, up to STARTS starts in all: a controller can exit
+        at start on a loaded machine (its leader election or cache sync timing out). One that exits
+        STARTS times, or stays unready, fails with its log."""
         deadline = time.monotonic() + timeout
         pending = list(self.controllers)
+        started = dict.fromkeys((c.deployment for c in pending), 1)
         while pending:
             for ctl in list(pending):
                 if ctl.process is not None and ctl.process.poll() is not None:
-                    raise UserError(
-                        f"controller {ctl.deployment} ({ctl.binary_name}) exited with code "
-                        f"{ctl.process.returncode} before it was ready: {ctl.tail()}",
-                        f"full log: {ctl.log}",
-                    )
-                if ctl.readyz():
+                    if started[ctl.deployment] >= starts:
+                        raise UserError(
+                            f"controller {ctl.deployment} ({ctl.binary_name}) exited with code "
+                            f"{ctl.process.returncode} before it was ready ({starts} starts): {ctl.tail()}",
+                            f"full log: {ctl.log}",
+                        )
+                    started[ctl.deployment] += 1
+                    self._start_again([ctl])
+                elif ctl.readyz():
                     pending.remove(ctl)
             if not pending:
                 break
@@ -475,6 +485,18 @@ class HostControllers:
                 except proc.TimeoutExpired:
                     pass
 
+    def _start_again(self, dead: list[HostController]) -> None:
+        """Start DEAD's controllers again with their config and ports, the log of the run that died kept."""
+        for ctl in dead:
+            if ctl.log.exists():
+                ctl.log.rename(ctl.log.with_suffix(f".{time.time_ns()}.log"))
+        every = self.controllers
+        try:  # start() starts its list: only the dead ones, same config and ports
+            self.controllers = dead
+            self.start()
+        finally:
+            self.controllers = every
+
     def alive(self) -> list[str]:
         return [ctl.deployment for ctl in self.controllers if ctl.pid and pid_alive(ctl.pid)]
 
@@ -485,14 +507,6 @@ class HostControllers:
         dead = [c for c in self.controllers if not (c.pid and pid_alive(c.pid))]
         if not dead:
             return []
-        for ctl in dead:  # keep the log of the run that died
-            if ctl.log.exists():
-                ctl.log.rename(ctl.log.with_suffix(f".{int(time.time())}.log"))
-        every = self.controllers
-        try:  # start() starts its list: only the dead ones, same config and ports
-            self.controllers = dead
-            self.start()
-        finally:
-            self.controllers = every
+        self._start_again(dead)
         self.wait_ready(timeout=timeout)
         return [c.deployment for c in dead]
