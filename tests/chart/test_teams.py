@@ -98,6 +98,35 @@ def test_kueue_flavors_come_from_the_runtime_classes_and_queues_share_a_cohort(t
         mutating["spec"]["mutations"][0]["applyConfiguration"]["expression"]
 
 
+TOPOLOGY = ("--set", "teams.kueue.topologyAware=true", "--set", "runtimes.cpu.nodeSelector.trainstack\\.io/pool=cpu")
+
+
+@pytest.mark.slow
+def test_topology_aware_queues_have_one_topology_flavor_per_node_pool(chart_ready):
+    """teams.kueue.topologyAware: one Topology (node level), every flavor a topology flavor with its pool's
+    labels, and one resource group per ClusterQueue whose flavors are the pools: a GPU pod's CPU, memory and
+    GPUs count on its GPU pool (one topology flavor per PodSet, as Kueue requires), the team's CPU and
+    memory quota on each pool, its GPU quota and borrowing limit only on its GPU pool."""
+    values = yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())["runtimes"]
+    docs = _render(*TOPOLOGY)
+    assert by_kind(docs, "Topology")["trainstack-nodes"]["spec"] == {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]}
+    flavors = by_kind(docs, "ResourceFlavor")
+    assert flavors["trainstack-cpu"]["spec"] == {"nodeLabels": {"trainstack.io/pool": "cpu"}, "topologyName": "trainstack-nodes"}
+    assert flavors["trainstack-nvidia"]["spec"] == {"nodeLabels": values["nvidia"]["nodeSelector"],
+                                                    "tolerations": values["nvidia"]["tolerations"],
+                                                    "topologyName": "trainstack-nodes"}
+    groups = by_kind(docs, "ClusterQueue")["team-a"]["spec"]["resourceGroups"]
+    assert groups == [{"coveredResources": ["cpu", "memory", "nvidia.com/gpu"], "flavors": [
+        {"name": "trainstack-cpu", "resources": [{"name": "cpu", "nominalQuota": "8"},
+                                                 {"name": "memory", "nominalQuota": "64Gi"},
+                                                 {"name": "nvidia.com/gpu", "nominalQuota": "0"}]},
+        {"name": "trainstack-nvidia", "resources": [{"name": "cpu", "nominalQuota": "8"},
+                                                    {"name": "memory", "nominalQuota": "64Gi"},
+                                                    {"name": "nvidia.com/gpu", "nominalQuota": "1", "borrowingLimit": "1"}]}]}]
+    # off (the default): no Topology, flavors without one
+    assert "Topology" not in {d["kind"] for d in _render()}
+
+
 @pytest.mark.slow
 def test_team_runtimes_reach_the_policy_params(teams_render):
     params = by_kind(teams_render, "ConfigMap")["trainstack-policy-params"]["data"]
@@ -146,6 +175,8 @@ BAD = [
       "--set-string", "teams.x.borrowingLimit.memory=1Ti"], "teams.x.borrowingLimit.memory: write the quota and borrowingLimit"),
     (["--set", "teams.kueue.enabled=true", "--set", "teams.x.quota.cpu=1", "--set", "runtimes.cpu.nodeSelector.pool=cpu"],
      "runtimes.cpu.nodeSelector: with teams.kueue.enabled"),
+    (["--set", "teams.kueue.enabled=true", "--set", "teams.kueue.topologyAware=true", "--set", "teams.x.quota.cpu=1"],
+     "runtimes.cpu.nodeSelector: teams.kueue.topologyAware needs the labels of the cpu node pool"),
 ]
 
 

@@ -240,6 +240,16 @@ def condition_time(obj, kind):
     return datetime.datetime.fromisoformat(stamp)
 
 
+def upgrade(suite, *args: str) -> None:
+    """`helm upgrade` of the release with the module's values and ARGS."""
+    # --force-conflicts: controllers own fields of chart objects (webhook certificates), docs/upgrading.md
+    cmd = suite.helm_cmd("upgrade", basemod.RELEASE, str(paths.chart_dir()), "-n", basemod.NAMESPACE,
+                         *smokemod.value_args("dev", extra=suite.extra_values), *args,
+                         "--wait", "--timeout", "180s", "--force-conflicts")
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=helm.env(suite.lock), check=False)
+    assert result.returncode == 0, helm.first_error_line(result.stderr or result.stdout)
+
+
 def test_helm_upgrade_adopts_the_queues_the_first_install_created(teams_platform):
     """The first install creates the Kueue objects as a post-install hook (the API did not exist when
     helm built the release); the next upgrade renders them as release objects and adopts them, in
@@ -249,13 +259,7 @@ def test_helm_upgrade_adopts_the_queues_the_first_install_created(teams_platform
               for q in kube.kubectl_json("get", "clusterqueues.kueue.x-k8s.io")["items"]}
     admitted = {w["metadata"]["name"] for w in kube.kubectl_json("get", "workloads.kueue.x-k8s.io", "-A")["items"]
                 if tl.conditions(w).get("Admitted") == "True"}
-    # --force-conflicts: controllers own fields of chart objects (webhook certificates), docs/upgrading.md
-    cmd = teams_platform.helm_cmd("upgrade", basemod.RELEASE, str(paths.chart_dir()), "-n", basemod.NAMESPACE,
-                                  *smokemod.value_args("dev", extra=teams_platform.extra_values),
-                                  "--wait", "--timeout", "180s", "--force-conflicts")
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=helm.env(teams_platform.lock),
-                            check=False)
-    assert result.returncode == 0, helm.first_error_line(result.stderr or result.stdout)
+    upgrade(teams_platform)
     manifest = subprocess.run(teams_platform.helm_cmd("get", "manifest", basemod.RELEASE, "-n", basemod.NAMESPACE),
                               capture_output=True, text=True, timeout=60, env=helm.env(teams_platform.lock),
                               check=True).stdout
@@ -268,3 +272,49 @@ def test_helm_upgrade_adopts_the_queues_the_first_install_created(teams_platform
     still = {w["metadata"]["name"] for w in kube.kubectl_json("get", "workloads.kueue.x-k8s.io", "-A")["items"]
              if tl.conditions(w).get("Admitted") == "True"}
     assert admitted <= still
+
+
+def test_kueue_topology_admits_a_job_only_where_all_its_pods_fit(teams_platform):
+    """teams.kueue.topologyAware (docs/scheduling.md), turned on by `helm upgrade` with the queues drained:
+    Kueue's topology-aware admission at node level. team-b's 2-node GPU job fits its quota but the GPU pool
+    has room for one of its pods (one node tainted, the other nearly full): Kueue does not admit it, no pod
+    is created and nothing is held, however long it waits; once a node's room frees, Kueue admits it with
+    both pods assigned to concrete nodes, and both bind there (where Kueue said) and run. Without the
+    option, the same quota admits such a job at once and its pods wait Pending (the test above)."""
+    kube = teams_platform.kube
+    for team in ("team-a", "team-b"):
+        kube.kubectl("delete", "trainjobs.trainer.kubeflow.org", "--all", "-n", team, "--wait=true", timeout=120)
+    tl.wait_until(lambda: tl.gpu_usage(kube, "team-a") == tl.gpu_usage(kube, "team-b") == {"total": 0, "borrowed": 0},
+                  "both teams' GPUs free")
+    upgrade(teams_platform, *tl.TOPOLOGY_ARGS)
+    flavors = {f["metadata"]["name"]: f["spec"] for f in kube.kubectl_json("get", "resourceflavors.kueue.x-k8s.io")["items"]}
+    assert {name: spec.get("topologyName") for name, spec in flavors.items()} == {
+        "trainstack-cpu": "trainstack-nodes", "trainstack-nvidia": "trainstack-nodes"}
+    gpu_nodes = sorted(n["metadata"]["name"] for n in kube.kubectl_json("get", "nodes", "-l", f"{POOL_LABEL}=gpu")["items"])
+    assert len(gpu_nodes) == 2, gpu_nodes
+    blocked, room = gpu_nodes
+    runtime = gpu_runtime(teams_platform)
+    with tl.tainted(kube, blocked):
+        with tl.filled(kube, room, runtime, pods_left=1):
+            tl.submit(kube, tl.gpu_trainjob("b-topology", "team-b", "team-b", runtime, num_nodes=2))
+            waiting = tl.wait_until(lambda: (st := tl.state(kube, "team-b", "b-topology"))["workload"]
+                                    and st["pending_reason"] and st, "b-topology waits: its 2 pods do not fit the pool")
+            # however long it waits: never admitted, no pod, no quota held (Kueue's requeues included)
+            for st in tl.hold_for(lambda: tl.state(kube, "team-b", "b-topology"), seconds=20):
+                assert st["suspended"] and not st["quota_reserved"] and st["pods"] == 0, st
+            assert tl.gpu_usage(kube, "team-b") == {"total": 0, "borrowed": 0}
+            print(f"b-topology waited: {waiting['pending_reason']!r}")
+        # the filler gone: room for both on the untainted node; Kueue admits the job and places its pods
+        running = tl.wait_until(lambda: (st := tl.state(kube, "team-b", "b-topology"))["admitted"]
+                                and st["running_pods"] == 2 and st, "b-topology admitted once room frees", timeout=180)
+        assigned = tl.topology_assignment(tl.workload(kube, "team-b", "b-topology"))
+        placed = tl.pods(kube, "team-b", "b-topology")
+        bound = [p["spec"]["nodeName"] for p in placed]
+        assert assigned == [room, room] and bound == [room, room], (assigned, bound)
+        # Kueue gave each pod its node (a node selector) and lifted its topology gate
+        for pod in placed:
+            assert pod["spec"]["nodeSelector"].get(tl.HOSTNAME_LEVEL) == room, pod["spec"]["nodeSelector"]
+            assert not pod["spec"].get("schedulingGates"), pod["spec"]["schedulingGates"]
+        print(f"b-topology placed by Kueue on {assigned}: {running}")
+    tl.release(kube, "team-b", "b-topology")
+    tl.wait_complete(kube, "team-b", "b-topology")

@@ -43,20 +43,26 @@ def test_raw_jobs_keep_the_jobset_pod_template_and_count():
     assert sum(j["spec"]["parallelism"] for j in jobs) == scale.expected_pods(jobset)
 
 
-def test_partially_placed_jobs_count_binds_spread_over_more_than_a_second():
-    """A gang's pods bind together (spread under SPREAD_S: never partial); a job whose pods bind seconds
-    apart is partial in between; one that never gets all its pods is partial to the end."""
+def test_partially_placed_jobs_are_counted_by_how_far_apart_their_binds_were():
+    """A gang's pods bind together (its calls spread under SPREAD_S: never partial); a job whose pods bind
+    seconds apart is partial in between, counted as `held` (the goal's figure) over HELD_S; one that never
+    gets all its pods is partial to the end; every multi-pod job lands in one bucket of the histogram."""
     from trainstack.benchmarks.scale_gang import partial_placement
     from trainstack.benchmarks.scale_watch import Tracker
 
-    tracker = Tracker(["gang", "slow", "stuck", "other"])
+    tracker = Tracker(["gang", "slow-calls", "waited", "stuck", "single"])
     recs = tracker.records
     recs["gang"].expected, recs["gang"].pod_bound = 3, {"a": 10.0, "b": 10.01, "c": 10.02}
-    recs["slow"].expected, recs["slow"].pod_bound = 2, {"a": 11.0, "b": 15.0}
+    recs["slow-calls"].expected, recs["slow-calls"].pod_bound = 2, {"a": 11.0, "b": 13.0}
+    recs["waited"].expected, recs["waited"].pod_bound = 2, {"a": 2.0, "b": 40.0}
     recs["stuck"].expected, recs["stuck"].pod_bound = 4, {"a": 12.0}
-    recs["other"].expected, recs["other"].pod_bound = 2, {"a": 16.0, "b": 19.0}
-    found = partial_placement(tracker, end=20.0)
-    assert found == {"max_partially_placed": 2, "jobs_ever_partially_placed": 3, "longest_partial_s": 8.0}
+    recs["single"].expected, recs["single"].pod_bound = 1, {"a": 1.0}
+    found = partial_placement(tracker, end=200.0)
+    assert {k: v for k, v in found.items() if "held" in k} == {
+        "max_held": 2, "jobs_ever_held": 2, "longest_held_s": 188.0}
+    assert {k: v for k, v in found.items() if "partially" in k} == {
+        "max_partially_placed": 3, "jobs_ever_partially_placed": 3, "longest_partially_placed_s": 188.0}
+    assert found["spread_histogram"] == {"<=1s": 1, "1-5s": 1, "5-30s": 0, "30-120s": 1, ">120s": 1}
 
 
 def test_the_gang_comparison_picture_is_drawn_from_the_recorded_figures(tmp_path):

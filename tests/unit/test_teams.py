@@ -25,3 +25,19 @@ def test_member_syntax():
 
 
 # -- on a real API server (the local control plane): RBAC, Kueue objects, the queue label ---------
+
+
+def test_the_nodes_kueue_assigned_read_from_both_forms_of_a_topology_assignment():
+    """Kueue v1beta2 writes a PodSet's topologyAssignment compressed: one node for a slice (`universal`) or
+    a node per domain (`individual`, with a common prefix), pods per domain the same or each its own."""
+    from trainstack.e2e.teams_live import topology_assignment
+
+    level = "kubernetes.io/hostname"
+    workload = {"status": {"admission": {"podSetAssignments": [
+        {"name": "node", "topologyAssignment": {"levels": [level], "slices": [
+            {"domainCount": 1, "valuesPerLevel": [{"universal": "gpu-1"}], "podCounts": {"universal": 2}}]}},
+        {"name": "launcher", "topologyAssignment": {"levels": ["rack", level], "slices": [
+            {"domainCount": 2, "valuesPerLevel": [{"universal": "r1"}, {"individual": {"prefix": "cpu-", "roots": ["0", "1"]}}],
+             "podCounts": {"individual": [1, 3]}}]}}]}}}
+    assert topology_assignment(workload) == ["gpu-1", "gpu-1", "cpu-0", "cpu-1", "cpu-1", "cpu-1"]
+    assert topology_assignment(None) == [] and topology_assignment({"status": {}}) == []

@@ -134,6 +134,9 @@ class), so there is no second copy of them. The cpu flavor is always there: CPU 
 every job are counted on it. JSON list of {class, name, nodeLabels, tolerations,
 resourceName}.
 */}}
+{{- /* The Kueue Topology of teams.kueue.topologyAware: one level, the node. */ -}}
+{{- define "trainstack.kueueTopology" -}}trainstack-nodes{{- end -}}
+
 {{- define "trainstack.flavors" -}}
 {{- $classes := list -}}
 {{- range include "trainstack.runtimeCatalog" . | fromJsonArray }}{{ $classes = append $classes .class }}{{ end -}}

@@ -103,6 +103,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     scale.add_argument("--gpu-scheduling", action="store_true",
                        help="the TrainJob path with the native gang scheduler off and on, side by side "
                             "(scale.json's gpu_scheduling; docs/scheduling.md)")
+    scale.add_argument("--run-seconds", type=int, metavar="N",
+                       help="--gpu-scheduling: each pod runs N seconds on its KWOK node (default 0: it completes at "
+                            "once), so the pools fill and jobs wait for room")
     scale.add_argument("--tuned", metavar="ENV|FILE",
                        help="run again with the controller QPS/burst/concurrency of overlays/ENV (or a values file)")
     fuzz = parser.add_argument_group("fuzz (validate's property tests, randomized, many examples)")

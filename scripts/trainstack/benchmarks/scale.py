@@ -39,6 +39,7 @@ import yaml
 from .. import lock as lockmod
 from .. import paths, progress
 from .. import render as rendermod
+from ..cluster.kwok import RUN_TIME_ANNOTATION
 from ..e2e import suite as suitemod
 from ..e2e.providers.local import LocalProvider
 from ..errors import UserError
@@ -143,17 +144,22 @@ def with_gang_comparison(args: argparse.Namespace, jobs: int, nodes: int, seed: 
     for key in ("part", "date", "machine", "wall_seconds"):  # run_part writes this run's
         kept.pop(key, None)
     load_before = [round(x, 2) for x in os.getloadavg()]
-    comparison = compare(jobs, nodes, seed, env)
+    run_seconds = getattr(args, "run_seconds", None) or 0
+    if run_seconds < 0:
+        raise UserError("bench scale: --run-seconds must be 0 or more", exit_code=2)
+    comparison = compare(jobs, nodes, seed, env, run_seconds)
     comparison["date"] = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     comparison["load_average"] = {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()],
                                   "cpus": os.cpu_count()}
-    comparison["kwok_stages"] = KWOK_STAGES
+    comparison["kwok_stages"] = KWOK_STAGES if not run_seconds else (
+        f"upstream fast stages (kwok pinned in the lock), but every pod runs {run_seconds} s once Running "
+        f"(pod-complete's delay, annotation {RUN_TIME_ANNOTATION})")
     folder.mkdir(parents=True, exist_ok=True)
     plot_gang(comparison, folder / "scale-gang.png")
     comparison["plot"] = "scale-gang.png"
     off, on = comparison["off"], comparison["on"]
-    progress.info(f"gangs off: {off['trainjob_per_s']}/s, at most {off['max_partially_placed']} partially placed; "
-                  f"on: {on['trainjob_per_s']}/s, at most {on['max_partially_placed']}")
+    progress.info(f"gangs off: {off['trainjob_per_s']}/s, at most {off['max_held']} partially placed; "
+                  f"on: {on['trainjob_per_s']}/s, at most {on['max_held']}")
     return {**kept, "gpu_scheduling": comparison}
 
 

@@ -61,7 +61,7 @@ def plot_gang(comparison: dict[str, Any], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     colors = {"off": "tab:gray", "on": "tab:purple"}
-    fig, (left, right) = plt.subplots(1, 2, figsize=(14, 5.5), gridspec_kw={"width_ratios": [3, 2]})
+    fig, (left, right) = plt.subplots(1, 2, figsize=(16, 6), gridspec_kw={"width_ratios": [3, 3]})
     width = 0.38
     for i, mode in enumerate(("off", "on")):
         run = comparison[mode]
@@ -71,8 +71,9 @@ def plot_gang(comparison: dict[str, Any], out: Path) -> None:
         left.bar(xs, p50, width * 0.95, color=colors[mode], alpha=0.75,
                  label=f"gangs {mode}: {run['trainjob_per_s']}/s")
         left.scatter(xs, p90, marker="_", s=400, color="black", zorder=3)
-        counts = [run["max_partially_placed"], run["jobs_ever_partially_placed"]]
-        bars = right.bar([n + (i - 0.5) * width for n in range(2)], counts, width * 0.95, color=colors[mode],
+        counts = [run["max_held"], run["jobs_ever_held"], run["max_partially_placed"],
+                  run["jobs_ever_partially_placed"]]
+        bars = right.bar([n + (i - 0.5) * width for n in range(4)], counts, width * 0.95, color=colors[mode],
                          alpha=0.75, label=f"gangs {mode}: {run['podgroups']} PodGroups "
                                            f"({run['multi_node_trainjobs']} multi-node jobs)")
         right.bar_label(bars, padding=2)
@@ -81,11 +82,14 @@ def plot_gang(comparison: dict[str, Any], out: Path) -> None:
     left.set_ylabel("seconds after create (p50 bar)")
     left.set_title("TrainJob stage latency")
     left.legend()
-    right.set_xticks(range(2), ["most partially placed\nat one moment", "jobs ever\npartially placed"])
-    right.set_title(f"partially placed jobs (binds spread over more than {comparison['spread_s']} s)")
+    right.set_xticks(range(4), [f"> {comparison['held_s']:.0f} s: most\nat one moment", f"> {comparison['held_s']:.0f} s:\njobs ever",
+                                f"> {comparison['spread_s']} s: most\nat one moment", f"> {comparison['spread_s']} s:\njobs ever"])
+    right.set_title(f"partially placed jobs (binds spread over more than N s;\n"
+                    f"the goal is 0 over {comparison['held_s']:.0f} s with gangs)")
     right.legend()
     off = comparison["off"]
-    fig.suptitle(f"{off['trainjobs']} TrainJobs on {off['gpu_nodes']} GPU + {off['cpu_nodes']} CPU nodes (KWOK), "
+    ran = f", each pod running {off['run_seconds']} s" if off.get("run_seconds") else ""
+    fig.suptitle(f"{off['trainjobs']} TrainJobs on {off['gpu_nodes']} GPU + {off['cpu_nodes']} CPU nodes (KWOK{ran}), "
                  f"gang scheduling off and on: throughput {comparison['throughput_ratio_on_vs_off']:.2f}x with gangs")
     fig.tight_layout()
     fig.savefig(out, dpi=110)

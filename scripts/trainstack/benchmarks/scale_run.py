@@ -137,8 +137,9 @@ class Bench:
 
     # -- one path ---------------------------------------------------------------------------
     def run_path(self, path: str, work: list[Workload], namespace: str, captured: dict[str, dict[str, Any]],
-                 cleanup: bool = True) -> tuple[dict[str, Any], Tracker]:
-        """One path; its namespace is deleted (and waited for) after, unless it is the last thing that runs."""
+                 cleanup: bool = True, pod_annotations: dict[str, str] | None = None) -> tuple[dict[str, Any], Tracker]:
+        """One path; its namespace is deleted (and waited for) after, unless it is the last thing that runs.
+        POD_ANNOTATIONS (the TrainJob path) reach every pod of every TrainJob (a runtime patch)."""
         names = [w.name for w in work] if path == "trainjob" else [w.name for w in work if w.name in captured]
         tracker = Tracker(names)
         bodies: list[tuple[str, list[tuple[str, dict]]]] = []
@@ -147,6 +148,12 @@ class Bench:
             for w in work:
                 body = smokemod.SmokeJob(w.name, runtimes[w.runtime], num_nodes=w.num_nodes,
                                          labels={**self.suite.job_labels, SCALE_LABEL: w.name}).manifest(namespace)
+                if pod_annotations:
+                    body["spec"].setdefault("runtimePatches", []).append(
+                        {"manager": "trainstack.io/bench", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+                            {"name": rj["name"], "template": {"spec": {"template": {"metadata": {
+                                "annotations": dict(pod_annotations)}}}}}
+                            for rj in runtimes[w.runtime]["spec"]["template"]["spec"]["replicatedJobs"]]}}}})
                 bodies.append((w.name, [(f"/apis/{api.TRAINER_API}/namespaces/{namespace}/trainjobs", body)]))
         elif path == "jobset":
             for name in names:

@@ -24,6 +24,9 @@ from ..errors import UserError
 FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
 GPU_RESOURCE = "nvidia.com/gpu"
 POOL_LABEL = "trainstack.io/pool"
+# Annotation giving a Job pod its run time on a KWOK node ("20s"; pod-complete's delay, as upstream's general
+# stage has it): without it the pod Succeeds as soon as it is Running (upstream's fast stage).
+RUN_TIME_ANNOTATION = "pod-complete.stage.kwok.x-k8s.io/delay"
 # Upstream stage files (kwok module, kustomize/stage/...) this cluster uses.
 STAGE_FILES = (
     "node/fast/node-initialize.yaml",
@@ -96,8 +99,9 @@ def default_pools(
 def stage_documents(lock: lockmod.Lock, host_namespaces: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Upstream's KWOK stages from the pinned, checksum-verified kwok module, adapted here.
 
-    pod-complete skips pods labelled for failure (so the chaos stage alone decides them), and
-    pod-ready skips Deployment pods in `host_namespaces` (their controllers run as local processes).
+    pod-complete skips pods labelled for failure (so the chaos stage alone decides them) and waits the
+    run time a pod's RUN_TIME_ANNOTATION gives (none without), and pod-ready skips Deployment pods in
+    `host_namespaces` (their controllers run as local processes).
     """
     source = lock.source("kwok")
     cache = paths.cache_dir() / "e2e" / "stages" / f"{source.version}-{source.sum.replace('/', '_')}.json"
@@ -126,6 +130,8 @@ def stage_documents(lock: lockmod.Lock, host_namespaces: tuple[str, ...] = ()) -
         exprs = stage["spec"]["selector"]["matchExpressions"]
         if name == "pod-complete":
             exprs.append({"key": f'.metadata.labels["{FAIL_LABEL}"]', "operator": "NotIn", "values": ["true"]})
+            stage["spec"]["delay"] = {"durationMilliseconds": 0,
+                                      "durationFrom": {"expressionFrom": f'.metadata.annotations["{RUN_TIME_ANNOTATION}"]'}}
         if name == "pod-ready" and host_namespaces:
             system = copy.deepcopy(stage)
             exprs.append({"key": ".metadata.namespace", "operator": "NotIn", "values": list(host_namespaces)})

@@ -23,20 +23,25 @@ Kueue's configuration is the chart's (upstream's default plus `waitForPodsReady`
 `blockAdmission`), with the timeout shortened to PODS_READY_TIMEOUT so that a job whose pods cannot
 all become Ready is evicted within the test; `unplaceable` gives a job such pods (a node selector
 no node has).
+
+`teams.kueue.topologyAware` (TOPOLOGY_ARGS, turned on by the module's last `helm upgrade`): `tainted`
+and `filled` leave a GPU node's room for a given number of pods, and `topology_assignment` reads the
+nodes Kueue assigned to a Workload's pods.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from .. import api, kubeapi, paths
+from .. import api, kubeapi, paths, quantity
 from ..cluster import node as nodemod
 from ..cluster.local import FAIL_LABEL
 from ..errors import UserError
@@ -49,9 +54,16 @@ QUEUE_LABEL = api.QUEUE_LABEL
 TEAM_LABEL = "trainstack.io/team"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
 HOLD_DELAY = "3600s"
-PODS_READY_TIMEOUT = "20s"
+# long enough for KWOK pods to turn Ready on a loaded 2-core machine (20 s evicted a quota test's running
+# job now and then while another group's cluster ran beside), short enough to see the eviction in a test
+PODS_READY_TIMEOUT = "45s"
 NOWHERE = {"trainstack.io/e2e-nowhere": "true"}
 KUEUE_GROUP = api.KUEUE_GROUP
+# teams.kueue.topologyAware on this cluster: the CPU pool's flavor selects the pool's nodes (real and KWOK)
+TOPOLOGY_ARGS = ("--set", "teams.kueue.topologyAware=true", "--set-string", r"runtimes.cpu.nodeSelector.trainstack\.io/pool=cpu")
+HOSTNAME_LEVEL = "kubernetes.io/hostname"
+BUSY_TAINT = {"key": "trainstack.io/e2e-busy", "value": "true", "effect": "NoSchedule"}
+FILLER = "e2e-gpu-filler"
 OVERRIDES = {
     "kueue": {"install": True},
     # team-b lends two GPUs; team-a may borrow one: the cohort keeps one idle GPU team-a may not take
@@ -296,3 +308,80 @@ def wait_gpu_usage(kube: Any, cluster_queue: str, namespace: str, want: dict[str
     wait_until(lambda: gpu_usage(kube, cluster_queue) == want, what, timeout=timeout, explain=explain)
     return want
 
+
+# -- room on the GPU pool (teams.kueue.topologyAware's test) ------------------------------------------
+
+
+@contextlib.contextmanager
+def tainted(kube: Any, node: str) -> Iterator[None]:
+    """NODE tainted with BUSY_TAINT (no TrainJob tolerates it) while the context runs."""
+    taint = f"{BUSY_TAINT['key']}={BUSY_TAINT['value']}:{BUSY_TAINT['effect']}"
+    kube.kubectl("taint", "node", node, taint, "--overwrite")
+    try:
+        yield
+    finally:
+        kube.kubectl("taint", "node", node, f"{BUSY_TAINT['key']}-", check=False)
+
+
+def free_memory(kube: Any, node: str) -> int:
+    """NODE's allocatable memory less what its pods request, in bytes."""
+    allocatable = quantity.parse(kube.kubectl_json("get", "node", node)["status"]["allocatable"]["memory"])
+    pods_on = kube.kubectl_json("get", "pods", "-A", "--field-selector", f"spec.nodeName={node}")["items"]
+    used = sum(quantity.parse(((c.get("resources") or {}).get("requests") or {}).get("memory", "0"))
+               for p in pods_on if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+               for c in p["spec"]["containers"])
+    return int(allocatable - used)
+
+
+@contextlib.contextmanager
+def filled(kube: Any, node: str, runtime: dict[str, Any], pods_left: int) -> Iterator[None]:
+    """A pod outside Kueue bound to NODE (the GPU taint tolerated) asks for the node's free memory but
+    room for PODS_LEFT (and a half) pods of RUNTIME's node step, while the context runs."""
+    step = next(rj for rj in runtime["spec"]["template"]["spec"]["replicatedJobs"] if rj["name"] == "node")
+    container = step["template"]["spec"]["template"]["spec"]["containers"][0]
+    per_pod = quantity.parse(container["resources"]["requests"]["memory"])
+    ask = free_memory(kube, node) - int(per_pod * pods_left + per_pod / 2)
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": FILLER, "namespace": "default"},
+           "spec": {"nodeName": node, "tolerations": [{"operator": "Exists"}],
+                    "containers": [{"name": "filler", "image": container["image"],
+                                    "resources": {"requests": {"memory": str(ask)}}}]}}
+    kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(pod))
+    try:
+        wait_until(lambda: (kube.kubectl_json("get", "pod", FILLER, "-n", "default").get("status") or {})
+                   .get("phase") == "Running", f"{FILLER} Running on {node}")
+        yield
+    finally:
+        kube.kubectl("delete", "pod", FILLER, "-n", "default", "--wait=true", "--ignore-not-found", timeout=120)
+
+
+def hold_for(read: Callable[[], Any], seconds: float, interval: float = 2.0) -> list[Any]:
+    """READ's value every INTERVAL for SECONDS (what stays true while nothing changes)."""
+    seen = []
+    deadline = time.monotonic() + seconds
+    while True:
+        seen.append(read())
+        if time.monotonic() >= deadline:
+            return seen
+        time.sleep(interval)
+
+
+def topology_assignment(wl: dict[str, Any] | None) -> list[str]:
+    """The node Kueue assigned to each pod of a Workload's PodSets (its `topologyAssignment`), one entry per pod."""
+    nodes: list[str] = []
+    for psa in (((wl or {}).get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+        topology = psa.get("topologyAssignment") or {}
+        level = (topology.get("levels") or []).index(HOSTNAME_LEVEL)
+        for piece in topology.get("slices") or []:
+            values = piece["valuesPerLevel"][level]
+            count = piece["domainCount"]
+            if "universal" in values:
+                names = [values["universal"]] * count
+            else:
+                ind = values["individual"]
+                names = [f"{ind.get('prefix') or ''}{root}{ind.get('suffix') or ''}" for root in ind["roots"]]
+            pods_per = piece["podCounts"]
+            counts = pods_per["individual"] if "individual" in pods_per else [pods_per["universal"]] * count
+            for name, n in zip(names, counts, strict=True):
+                nodes.extend([name] * n)
+    return nodes
