@@ -165,9 +165,7 @@ def test_kueue_managed_multi_node_trainjob_and_the_native_podgroup(teams_platfor
     did not name it on 1.36.3: see below)
     (tests/integration/test_gang.py; docs/scheduling.md)."""
     kube = teams_platform.kube
-    for team in ("team-a", "team-b"):  # what the quota test left held or queued
-        kube.kubectl("delete", "trainjobs.trainer.kubeflow.org", "--all", "-n", team, "--wait=true", timeout=120)
-    tl.wait_until(lambda: tl.gpu_usage(kube, "team-b") == {"total": 0, "borrowed": 0}, "team-b's GPUs free")
+    tl.drain(kube)  # what the quota test left held or queued
     tl.submit(kube, tl.gpu_trainjob("b-gang", "team-b", "team-b", gpu_runtime(teams_platform), num_nodes=2))
     tl.wait_until(lambda: (st := tl.state(kube, "team-b", "b-gang"))["admitted"] and st["running_pods"] == 2 and st,
                   "b-gang admitted and both pods running")
@@ -196,10 +194,7 @@ def test_kueue_admits_all_or_nothing_wait_for_pods_ready(teams_platform):
                               ["data"]["controller_manager_config.yaml"])
     assert deployed["waitForPodsReady"]["blockAdmission"] is True
     assert deployed["waitForPodsReady"]["timeout"] == tl.PODS_READY_TIMEOUT
-    for team in ("team-a", "team-b"):  # what earlier tests left held or queued
-        kube.kubectl("delete", "trainjobs.trainer.kubeflow.org", "--all", "-n", team, "--wait=true", timeout=120)
-    tl.wait_until(lambda: tl.gpu_usage(kube, "team-b") == {"total": 0, "borrowed": 0}
-                  and tl.gpu_usage(kube, "team-a") == {"total": 0, "borrowed": 0}, "both teams' GPUs free")
+    tl.drain(kube)  # what earlier tests left held or queued
     runtime = gpu_runtime(teams_platform)
     tl.submit(kube, tl.gpu_trainjob("b-stuck", "team-b", "team-b", runtime, num_nodes=2, unplaceable=True))
     stuck = tl.wait_until(lambda: (st := tl.state(kube, "team-b", "b-stuck"))["admitted"] and st["pending_pods"] == 2
@@ -230,8 +225,7 @@ def test_kueue_admits_all_or_nothing_wait_for_pods_ready(teams_platform):
     requeued = tl.wait_until(lambda: (st := tl.state(kube, "team-b", "b-stuck"))["suspended"] and st["pods"] == 0
                              and not st["admitted"] and st["requeues"] >= 1 and st, "b-stuck suspended, no pods, requeued")
     print(f"a-blocked waited: {blocked['pending_reason']!r}; b-stuck evicted {waited:.0f}s after admission: {requeued}")
-    for team in ("team-a", "team-b"):  # b-stuck would be admitted again after its backoff, and block again
-        kube.kubectl("delete", "trainjobs.trainer.kubeflow.org", "--all", "-n", team, "--wait=true", timeout=120)
+    tl.drain(kube)  # b-stuck would be admitted again after its backoff, and block again
 
 
 def condition_time(obj, kind):
@@ -282,10 +276,7 @@ def test_kueue_topology_admits_a_job_only_where_all_its_pods_fit(teams_platform)
     both pods assigned to concrete nodes, and both bind there (where Kueue said) and run. Without the
     option, the same quota admits such a job at once and its pods wait Pending (the test above)."""
     kube = teams_platform.kube
-    for team in ("team-a", "team-b"):
-        kube.kubectl("delete", "trainjobs.trainer.kubeflow.org", "--all", "-n", team, "--wait=true", timeout=120)
-    tl.wait_until(lambda: tl.gpu_usage(kube, "team-a") == tl.gpu_usage(kube, "team-b") == {"total": 0, "borrowed": 0},
-                  "both teams' GPUs free")
+    tl.drain(kube)
     upgrade(teams_platform, *tl.TOPOLOGY_ARGS)
     flavors = {f["metadata"]["name"]: f["spec"] for f in kube.kubectl_json("get", "resourceflavors.kueue.x-k8s.io")["items"]}
     assert {name: spec.get("topologyName") for name, spec in flavors.items()} == {

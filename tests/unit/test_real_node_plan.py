@@ -35,6 +35,14 @@ def test_simulated_job_patch_keeps_the_runtimes_own_tolerations_and_selector():
     assert [t["key"] for t in pod["tolerations"]] == ["nvidia.com/gpu", "trainstack.io/simulated"]
 
 
+def test_pod_annotations_reach_every_pod_and_leave_the_runtimes_placement_alone():
+    """`bench scale --run-seconds`: the KWOK run time on every replicated job's pods, nothing else patched."""
+    job = smokemod.SmokeJob("torch-gpu", GPU_RUNTIME, pod_annotations={"pod-complete.stage.kwok.x-k8s.io/delay": "120s"})
+    replicated = job.manifest("ns")["spec"]["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"]
+    assert replicated == [{"name": "node", "template": {"spec": {"template": {
+        "metadata": {"annotations": {"pod-complete.stage.kwok.x-k8s.io/delay": "120s"}}, "spec": {}}}}}]
+
+
 def test_a_job_without_placement_has_no_patch():
     assert "runtimePatches" not in smokemod.SmokeJob("torch-gpu", GPU_RUNTIME).manifest("ns")["spec"]
 

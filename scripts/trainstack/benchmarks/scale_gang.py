@@ -45,11 +45,6 @@ def ungated(lock: lockmod.Lock) -> lockmod.Lock:
     return dataclasses.replace(lock, data={**lock.data, "kubernetes": kube})
 
 
-def _last_bound(rec: Any, end: float) -> float:
-    bound = sorted(rec.pod_bound.values())
-    return bound[rec.expected - 1] if len(bound) >= rec.expected else end
-
-
 def _summary(intervals: list[tuple[float, float]], prefix: str) -> dict[str, Any]:
     edges = sorted([(start, 1) for start, _ in intervals] + [(stop, -1) for _, stop in intervals])
     most = now = 0
@@ -69,7 +64,7 @@ def partial_placement(tracker: Tracker, end: float) -> dict[str, Any]:
         bound = sorted(rec.pod_bound.values())
         if not bound or rec.expected < 2:
             continue
-        spreads.append((bound[0], _last_bound(rec, end)))
+        spreads.append((bound[0], bound[rec.expected - 1] if len(bound) >= rec.expected else end))
     histogram = dict.fromkeys(SPREAD_BUCKETS, 0)
     for start, stop in spreads:
         histogram[next(label for label, top in SPREAD_BUCKETS.items() if stop - start <= top)] += 1

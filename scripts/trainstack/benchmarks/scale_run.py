@@ -147,13 +147,8 @@ class Bench:
             runtimes = {r["metadata"]["name"]: r for r in smokemod.golden_runtimes(self.suite.rendered)}
             for w in work:
                 body = smokemod.SmokeJob(w.name, runtimes[w.runtime], num_nodes=w.num_nodes,
-                                         labels={**self.suite.job_labels, SCALE_LABEL: w.name}).manifest(namespace)
-                if pod_annotations:
-                    body["spec"].setdefault("runtimePatches", []).append(
-                        {"manager": "trainstack.io/bench", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
-                            {"name": rj["name"], "template": {"spec": {"template": {"metadata": {
-                                "annotations": dict(pod_annotations)}}}}}
-                            for rj in runtimes[w.runtime]["spec"]["template"]["spec"]["replicatedJobs"]]}}}})
+                                         labels={**self.suite.job_labels, SCALE_LABEL: w.name},
+                                         pod_annotations=dict(pod_annotations or {})).manifest(namespace)
                 bodies.append((w.name, [(f"/apis/{api.TRAINER_API}/namespaces/{namespace}/trainjobs", body)]))
         elif path == "jobset":
             for name in names:

@@ -37,6 +37,7 @@ class SmokeJob:
     # Where the provider wants the pods (a real node beside KWOK pools): nodeSelector, tolerations.
     node_selector: dict[str, str] = field(default_factory=dict)
     tolerations: list[dict[str, Any]] = field(default_factory=list)
+    pod_annotations: dict[str, str] = field(default_factory=dict)  # on every pod (KWOK's run time: bench scale)
     command: list[str] = field(default_factory=lambda: [
         "python", "-c", "import os; print('trainstack smoke', os.environ.get('HOSTNAME'))"])
     real: bool = False
@@ -45,7 +46,7 @@ class SmokeJob:
 
     def manifest(self, namespace: str) -> dict[str, Any]:
         job = self._manifest(namespace)
-        if self.node_selector or self.tolerations:
+        if self.node_selector or self.tolerations or self.pod_annotations:
             replicated = []
             for rj in (((self.runtime.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
                     "replicatedJobs", []):
@@ -57,7 +58,10 @@ class SmokeJob:
                     pod["nodeSelector"] = {**(own.get("nodeSelector") or {}), **self.node_selector}
                 if self.tolerations:  # a patch replaces the list: keep the runtime's own tolerations
                     pod["tolerations"] = [*(own.get("tolerations") or []), *(dict(t) for t in self.tolerations)]
-                replicated.append({"name": rj["name"], "template": {"spec": {"template": {"spec": pod}}}})
+                template: dict[str, Any] = {"spec": pod}
+                if self.pod_annotations:
+                    template["metadata"] = {"annotations": dict(self.pod_annotations)}
+                replicated.append({"name": rj["name"], "template": {"spec": {"template": template}}})
             job["spec"]["runtimePatches"] = [{"manager": "trainstack.io/e2e", "trainingRuntimeSpec": {
                 "template": {"spec": {"replicatedJobs": replicated}}}}]
         return job

@@ -143,6 +143,14 @@ def submit(kube: Any, job: dict[str, Any]) -> None:
     kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job))
 
 
+def drain(kube: Any, teams: tuple[str, ...] = ("team-a", "team-b")) -> None:
+    """Delete every TrainJob of TEAMS and wait until Kueue says their ClusterQueues hold no GPU."""
+    for team in teams:
+        kube.kubectl("delete", "trainjobs.trainer.kubeflow.org", "--all", "-n", team, "--wait=true", timeout=120)
+    wait_until(lambda: all(gpu_usage(kube, team) == {"total": 0, "borrowed": 0} for team in teams),
+               "the teams' GPUs free")
+
+
 def release(kube: Any, namespace: str, name: str) -> None:
     """Let KWOK complete the held pods of TrainJob `name`."""
     kube.kubectl("label", "pods", "-n", namespace, "-l", f"{JOBSET_NAME_LABEL}={name}", f"{FAIL_LABEL}-")
