@@ -18,13 +18,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
 from trainstack import lock as lockmod
-from trainstack import tools
+from trainstack import tools, yamlio
 
 pytest_plugins = ["clusters", "support.team_values"]  # the shared clusters (tests/clusters.py); the teams values_file fixture
 
@@ -158,7 +157,7 @@ def _helm_template(args: tuple[str, ...], binary: str, check: bool) -> subproces
 
 
 def docs_of(text: str) -> list[dict]:
-    return [d for d in yaml.safe_load_all(text) if isinstance(d, dict) and d]
+    return [d for d in yamlio.load_all(text) if isinstance(d, dict) and d]
 
 
 def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:

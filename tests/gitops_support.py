@@ -10,9 +10,8 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from conftest import ROOT, docs_of, render_env
+from trainstack import yamlio
 
 ENVIRONMENTS = ["cpu-only", "dev", "prod", "staging"]
 MIRROR = "mirror.example.com"
@@ -66,7 +65,7 @@ def plain_kustomize(repo: Path, env: str, lock) -> list[dict]:
     from trainstack import tools
 
     overlay = repo / "overlays" / env
-    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    kustomization = yamlio.load((overlay / "kustomization.yaml").read_text())
     chart = next(c for c in kustomization["helmCharts"] if c["name"] == "trainstack")
     home = overlay / "charts" / f"trainstack-{chart['version']}"
     home.mkdir(parents=True, exist_ok=True)
@@ -132,7 +131,7 @@ def argocd_crds() -> dict[str, dict]:
     with zipfile.ZipFile(argocd_zip()) as archive:
         for name in archive.namelist():
             if name.startswith(prefix) and name.endswith(".yaml"):
-                for doc in yaml.safe_load_all(archive.read(name)):
+                for doc in yamlio.load_all(archive.read(name)):
                     if isinstance(doc, dict) and doc.get("kind") == "CustomResourceDefinition":
                         found[doc["spec"]["names"]["kind"]] = doc
     assert {"Application", "ApplicationSet", "AppProject"} <= set(found), sorted(found)

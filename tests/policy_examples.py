@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
+from trainstack import yamlio
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "policies"
@@ -26,7 +26,7 @@ class Example:
 def examples() -> list[Example]:
     found = []
     for path in sorted(EXAMPLES.glob("*.yaml")):
-        for obj in yaml.safe_load_all(path.read_text()):
+        for obj in yamlio.load_all(path.read_text()):
             annotations = obj["metadata"].get("annotations", {})
             found.append(Example(path.name, obj, annotations["trainstack.io/expect"],
                                  annotations.get("trainstack.io/message", "")))

@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import re
 
-import yaml
-
 from conftest import helm_template
+from trainstack import yamlio
 
-LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 KIND = re.compile(r"^kind:\s*(\S+)\s*$", re.MULTILINE)
 
 
@@ -18,7 +16,7 @@ def docs_of_kind(text: str, *kinds: str) -> list[dict]:
     for chunk in re.split(r"^---\s*$", text, flags=re.MULTILINE):
         match = KIND.search(chunk)
         if match and match.group(1) in kinds:
-            doc = yaml.load(chunk, Loader=LOADER)
+            doc = yamlio.load(chunk)
             if isinstance(doc, dict) and doc.get("kind") in kinds:
                 found.append(doc)
     return found

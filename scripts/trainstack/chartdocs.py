@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
-
-from . import api, paths, render, schemagen, schemanotes
+from . import api, paths, render, schemagen, schemanotes, yamlio
 
 
 def documented_keys(values_text: str) -> dict[str, str]:
@@ -37,7 +35,7 @@ def undocumented(values_path: Path | None = None) -> list[str]:
     """Leaf keys under the sections trainstack owns that have no `# --` description."""
     values_path = values_path or paths.chart_dir() / "values.yaml"
     text = values_path.read_text()
-    values = yaml.safe_load(text)
+    values = yamlio.load(text)
     docs = documented_keys(text)
     notes = schemanotes.parse(text).notes
     missing = []
@@ -61,7 +59,7 @@ def undocumented(values_path: Path | None = None) -> list[str]:
 def render_readme(chart_dir: Path | None = None) -> str:
     chart_dir = chart_dir or paths.chart_dir()
     text = (chart_dir / "values.yaml").read_text()
-    values = yaml.safe_load(text)
+    values = yamlio.load(text)
     header = (chart_dir / "README.header.md").read_text().rstrip() + "\n"
     rows = ["| Key | Type | Default | Description |", "|-----|------|---------|-------------|"]
     for key, description in documented_keys(text).items():
@@ -113,10 +111,10 @@ def runtime_catalog(chart_dir: Path | None = None) -> list[dict]:
     (templates/_helpers.tpl, trainstack.runtimeCatalog): each skeleton under upstream's name on its
     class, each `trainstack.io/variants` pair as <name>-<suffix>, then `runtimes.<key>.aliases`."""
     chart_dir = chart_dir or paths.chart_dir()
-    values = yaml.safe_load((chart_dir / "values.yaml").read_text())
+    values = yamlio.load((chart_dir / "values.yaml").read_text())
     found = []
     for path in sorted((paths.runtimes_dir()).glob("*.yaml")):
-        skeleton = yaml.safe_load(path.read_text())
+        skeleton = yamlio.load(path.read_text())
         ann = skeleton["metadata"]["annotations"]
         upstream = skeleton["metadata"]["name"]
         members = [(ann["trainstack.io/values-key"], ann["trainstack.io/accelerator"], upstream)]
@@ -137,7 +135,7 @@ def runtime_catalog(chart_dir: Path | None = None) -> list[dict]:
 def runtime_table(chart_dir: Path | None = None) -> str:
     """Markdown table of the golden runtimes, from files/runtimes/ and the chart values."""
     chart_dir = chart_dir or paths.chart_dir()
-    values = yaml.safe_load((chart_dir / "values.yaml").read_text())
+    values = yamlio.load((chart_dir / "values.yaml").read_text())
     rows = ["| runtime | upstream | framework | accelerator | image | what it sets | default | when to use it |",
             "|---|---|---|---|---|---|---|---|"]
     for entry in sorted(runtime_catalog(chart_dir), key=lambda e: e["name"]):
@@ -171,13 +169,13 @@ def runtime_table(chart_dir: Path | None = None) -> str:
 def policy_table(chart_dir: Path | None = None) -> str:
     """Markdown table of the guard rails: rule, what it protects, default action per environment."""
     chart_dir = chart_dir or paths.chart_dir()
-    values = yaml.safe_load((chart_dir / "values.yaml").read_text())
+    values = yamlio.load((chart_dir / "values.yaml").read_text())
     # each environment's values files merged, in its kustomization's order
     envs = {env: render.env_values(env) for env in render.environments()}
     header = "| rule | policy | protects | " + " | ".join(envs) + " |"
     rows = [header, "|---|---|---|" + "---|" * len(envs)]
     for path in sorted((paths.policies_dir()).glob("*.yaml")):
-        policy = yaml.safe_load(path.read_text())
+        policy = yamlio.load(path.read_text())
         ann = policy["metadata"]["annotations"]
         rule = ann["trainstack.io/rule"]
         cells = []

@@ -43,7 +43,7 @@ class DepsResult:
 def chart_dependencies(chart_dir: Path) -> list[dict]:
     chart_yaml = chart_dir / "Chart.yaml"
     try:
-        data = yaml.safe_load(chart_yaml.read_text())
+        data = yamlio.load(chart_yaml.read_text())
     except (OSError, yaml.YAMLError) as err:
         raise UserError(f"{chart_yaml}: cannot read the chart: {err}".splitlines()[0]) from None
     if not isinstance(data, dict):
@@ -87,7 +87,7 @@ def verify_chart_lock(chart_dir: Path, lock: lockmod.Lock) -> None:
     deps = check_against_lock(chart_dir, lock)
     path = chart_dir / "Chart.lock"
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yamlio.load(path.read_text())
     except (OSError, yaml.YAMLError):
         raise UserError(f"{path} is missing or unreadable", "run 'trainstack deps lock'") from None
     if chartpack.helm_lock_digest(deps, data.get("dependencies") or []) != data.get("digest"):
@@ -145,7 +145,7 @@ def _set_yaml_scalar(path: Path, dotted: str, value: str) -> None:
         if depth == len(keys) - 1:
             lines[i] = f"{' ' * indent}{keys[depth]}: {json.dumps(value)}\n"
             path.write_text("".join(lines))
-            parsed = yaml.safe_load(path.read_text())
+            parsed = yamlio.load(path.read_text())
             for key in keys:
                 parsed = parsed[key]
             if parsed != value:
@@ -167,7 +167,7 @@ def _release_edits(name: str, workdir: Path, lock: lockmod.Lock) -> None:
     """The edits upstream's publishing scripts make: released image, IfNotPresent, chart version."""
     pin = lock.chart(name)
     chart_yaml = workdir / "Chart.yaml"
-    meta = yaml.safe_load(chart_yaml.read_text())
+    meta = yamlio.load(chart_yaml.read_text())
     if name in RELEASE_IMAGES:
         image_name, key = RELEASE_IMAGES[name]
         image = lock.image(image_name)

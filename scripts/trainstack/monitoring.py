@@ -32,9 +32,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from . import chartpack, deps, helm, paths, progress, tools, trainenv
+from . import chartpack, deps, helm, paths, progress, tools, trainenv, yamlio
 from . import lock as lockmod
 from .errors import UserError
 
@@ -420,7 +418,7 @@ def shipped_rule_groups() -> list[dict]:
     result = helm.run(helm.template_args(None, "--show-only", "templates/prometheusrule.yaml",
                                          "--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always",
                                          "--set", "dataCache.enabled=true", "--set", "tracking.enabled=true"))
-    docs = [d for d in yaml.safe_load_all(result.stdout) if isinstance(d, dict) and d.get("kind") == "PrometheusRule"]
+    docs = [d for d in yamlio.load_all(result.stdout) if isinstance(d, dict) and d.get("kind") == "PrometheusRule"]
     return [g for d in docs for g in d["spec"]["groups"]]
 
 

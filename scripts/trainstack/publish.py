@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from . import chartpack, cmdline, deps, helm, paths, proc, progress, release
+from . import chartpack, cmdline, deps, helm, paths, proc, progress, release, yamlio
 from . import lock as lockmod
 from .errors import UsageError, UserError, output_line
 
@@ -47,7 +47,7 @@ def chart_meta(chart_dir: Path) -> tuple[str, str]:
     """(name, version) from Chart.yaml."""
     chart_yaml = chart_dir / "Chart.yaml"
     try:
-        data = yaml.safe_load(chart_yaml.read_text())
+        data = yamlio.load(chart_yaml.read_text())
     except (OSError, yaml.YAMLError) as err:
         raise UserError(f"{chart_yaml}: cannot read the chart: {err}".splitlines()[0]) from None
     if not isinstance(data, dict) or not data.get("name") or not data.get("version"):
@@ -93,7 +93,7 @@ def provenance_body(archive: Path) -> str:
         extracted = tar.extractfile(member) if member else None
         if extracted is None:
             raise UserError(f"{archive}: not a chart archive (no NAME/Chart.yaml)")
-        metadata = yaml.safe_load(extracted.read())
+        metadata = yamlio.load(extracted.read())
     body = yaml.safe_dump(metadata, sort_keys=True).rstrip("\n")
     files = yaml.safe_dump({"files": {archive.name: _sha256(archive)}}, sort_keys=True)
     return f"{body}\n\n...\n{files}"
@@ -259,7 +259,7 @@ def _images_cmd(args: argparse.Namespace) -> int:
                                        include_tests=True, kube_version=lockmod.load().kubernetes_version),
                     check=False)
     if hook.returncode == 0:
-        objects += [d for d in yaml.safe_load_all(hook.stdout) if isinstance(d, dict)]
+        objects += [d for d in yamlio.load_all(hook.stdout) if isinstance(d, dict)]
     for reference in images(objects):
         print(reference)
     return 0

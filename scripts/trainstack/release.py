@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from . import cmdline, paths, proc, progress
+from . import cmdline, paths, proc, progress, yamlio
 from . import render as rendermod
 from .errors import UserError, output_line
 
@@ -102,7 +102,7 @@ def load(path: Path | None = None) -> list[Release]:
     """The releases in `path` (default releases.yaml at the repository root), newest first, checked."""
     path = path or releases_path()
     try:
-        data = yaml.safe_load(path.read_text())
+        data = yamlio.load(path.read_text())
     except OSError:
         raise UserError(f"{path} not found", "the releases record lives beside CHANGELOG.md") from None
     except yaml.YAMLError as err:
@@ -234,7 +234,7 @@ def chart_repository(root: Path | None = None) -> str:
     """releases.yaml's `chartRepository`: where CI publishes the chart, and what the environments name."""
     path = releases_path(root)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yamlio.load(path.read_text()) or {}
     except (OSError, yaml.YAMLError):
         load(path)  # the same one-line error as every other reader of the record
         raise
@@ -323,7 +323,7 @@ def resolve(root: Path, version_or_ref: str) -> tuple[str, str]:
 
 def chart_version(text: str, where: str) -> str:
     try:
-        data = yaml.safe_load(text)
+        data = yamlio.load(text)
     except yaml.YAMLError:
         raise UserError(f"{where}: not valid YAML") from None
     version = str((data or {}).get("version", "")) if isinstance(data, dict) else ""
@@ -333,7 +333,7 @@ def chart_version(text: str, where: str) -> str:
 
 
 def _lock_sections(text: str) -> dict[str, Any]:
-    data = yaml.safe_load(text) or {}
+    data = yamlio.load(text) or {}
     return {k: data.get(k) for k in LOCK_SECTIONS}
 
 

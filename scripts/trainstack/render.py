@@ -60,7 +60,7 @@ def chart_entry(kustomization: Path, shown: str) -> tuple[int, dict[str, Any]]:
     """The index and body of the one `helmCharts` entry named trainstack in KUSTOMIZATION (SHOWN is its
     name in messages): an overlay inflates the umbrella chart once."""
     try:
-        data = yaml.safe_load(kustomization.read_text()) or {}
+        data = yamlio.load(kustomization.read_text()) or {}
     except yaml.YAMLError as exc:
         raise UserError(f"{shown}: not valid YAML: {str(exc).splitlines()[0]}", exit_code=2) from None
     entries = data.get("helmCharts") if isinstance(data, dict) else None
@@ -138,7 +138,7 @@ def env_values(env: str, root: Path | None = None) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for path in values_files(env, root):
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            data = yamlio.load(path.read_text()) or {}
         except yaml.YAMLError as exc:
             raise UserError(f"{path}: not valid YAML: {str(exc).splitlines()[0]}", exit_code=2) from None
         if not isinstance(data, dict):
@@ -162,7 +162,7 @@ def published_chart(env: str) -> tuple[str, str]:
     index, chart = chart_entry(kustomization, shown)
     repo, version = str(chart.get("repo") or ""), str(chart.get("version") or "")
     try:
-        chart_version = str((yaml.safe_load((paths.chart_dir() / "Chart.yaml").read_text()) or {}).get("version"))
+        chart_version = str((yamlio.load((paths.chart_dir() / "Chart.yaml").read_text()) or {}).get("version"))
     except (OSError, yaml.YAMLError):
         raise UserError(f"{paths.chart_dir() / 'Chart.yaml'} is missing or not valid YAML") from None
     if not repo.startswith("oci://") or version != chart_version:
@@ -211,17 +211,15 @@ def rendered_crds(chart_dir: Path, value_args: list[str], namespace: str = api.N
     dependencies): `helm template --include-crds`, CRDs only."""
     text = helm.run(helm.template_args(chart_dir, *value_args, namespace=namespace, include_crds=True),
                     lock=lock).stdout
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-    return [d for d in yaml.load_all(text, Loader=loader)
+    return [d for d in yamlio.load_all(text)
             if isinstance(d, dict) and d.get("kind") == "CustomResourceDefinition"]
 
 
 def crd_documents(chart_dir: Path) -> list[dict[str, Any]]:
     """Every CRD a chart ships: its crds/ folder and the crds/ of each dependency archive in charts/."""
     docs: list[dict[str, Any]] = []
-    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     for path in sorted((chart_dir / "crds").glob("*.yaml")):
-        docs += [d for d in yaml.load_all(path.read_text(), Loader=loader) if isinstance(d, dict) and d]
+        docs += [d for d in yamlio.load_all(path.read_text()) if isinstance(d, dict) and d]
     for archive in sorted((chart_dir / "charts").glob("*.tgz")):
         with tarfile.open(archive) as tar:
             for member in tar.getmembers():
@@ -231,7 +229,7 @@ def crd_documents(chart_dir: Path) -> list[dict[str, Any]]:
                     if handle is None:  # a regular file always has its bytes; nothing to read otherwise
                         continue
                     text = handle.read().decode()
-                    docs += [d for d in yaml.load_all(text, Loader=loader) if isinstance(d, dict) and d]
+                    docs += [d for d in yamlio.load_all(text) if isinstance(d, dict) and d]
     return [d for d in docs if d.get("kind") == "CustomResourceDefinition"]
 
 

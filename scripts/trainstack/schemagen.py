@@ -28,9 +28,8 @@ import re
 from pathlib import Path
 
 import jsonschema
-import yaml
 
-from . import paths
+from . import paths, yamlio
 from .errors import UserError
 from .jsontypes import json_type
 from .schemanotes import Note, Parsed, location, parse
@@ -228,7 +227,7 @@ def _refs(schema) -> list:
 def generate(text: str, source: str = "values.yaml") -> dict:
     """The schema of a values.yaml text; raises UserError naming the line and key of a bad annotation."""
     parsed = parse(text, source)
-    values = yaml.safe_load(text) or {}
+    values = yamlio.load(text) or {}
     for path, line in parsed.lines.items():
         node = values
         for key in path:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import jsonschema
 import yaml
 
+from . import yamlio
 from .errors import UserError
 
 # What follows `key:` when its value is a block scalar (`|`, `|-`, `>+2`, ...), optionally commented.
@@ -63,7 +64,7 @@ def location(source: str, line: int, path: tuple[str, ...] | None = None) -> str
 
 def _load_fragment(text: str, source: str, line: int, path: tuple[str, ...] | None) -> dict:
     try:
-        fragment = yaml.safe_load(text) if text.strip() else {}
+        fragment = yamlio.load(text) if text.strip() else {}
     except yaml.YAMLError as err:
         problem = str(getattr(err, "problem", None) or err).splitlines()[0]
         raise UserError(f"{location(source, line, path)}@schema annotation is not YAML or JSON ({problem})",
@@ -208,7 +209,7 @@ def parse(text: str, source: str = "values.yaml") -> Parsed:
 
 def _load_defs(body: str, source: str, line: int) -> dict[str, dict]:
     try:
-        loaded = yaml.safe_load(body) if body.strip() else None
+        loaded = yamlio.load(body) if body.strip() else None
     except yaml.YAMLError as err:
         problem = str(getattr(err, "problem", None) or err).splitlines()[0]
         raise UserError(f"{source}:{line}: @schema.defs is not YAML ({problem})") from None

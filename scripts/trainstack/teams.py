@@ -26,7 +26,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-from . import api, cmdline, deps, helm, paths, proc, progress, tools
+from . import api, cmdline, deps, helm, paths, proc, progress, tools, yamlio
 from . import lock as lockmod
 from .errors import UsageError, UserError, output_line
 from .render import overlay_dir, values_files
@@ -322,7 +322,7 @@ def member_kubeconfig(admin_kubeconfig: Path, ca_cert: Path, ca_key: Path, user:
                 ["openssl", "x509", "-req", "-in", str(csr), "-CA", str(ca_cert), "-CAkey", str(ca_key),
                  "-CAcreateserial", "-days", "1", "-out", str(crt)]):
         proc.run(cmd, timeout=60)
-    config = yaml.safe_load(admin_kubeconfig.read_text())
+    config = yamlio.load(admin_kubeconfig.read_text())
     cluster = config["clusters"][0]
     member = {"apiVersion": "v1", "kind": "Config", "clusters": [cluster],
               "users": [{"name": user, "user": {"client-certificate": str(crt), "client-key": str(key)}}],

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from . import chartpack, deps, helm
+from . import chartpack, deps, helm, yamlio
 from . import lock as lockmod
 from .errors import UserError
 
@@ -64,15 +64,15 @@ def _runtimes_cached(lock_path: Path, zip_path: Path, prefix: str) -> tuple[dict
         if not meta_path.is_file():
             raise UserError(f"{prefix}: the pinned Trainer source has no chart there",
                             "check charts.kubeflow-trainer.source.path in trainstack.lock.yaml")
-        meta = yaml.safe_load(meta_path.read_text())
+        meta = yamlio.load(meta_path.read_text())
         meta.pop("dependencies", None)  # JobSet and LWS are not needed to render the runtimes
         meta_path.write_text(yaml.safe_dump(meta, sort_keys=False))
         args = ["template", "upstream", str(chart), "--show-only", "templates/runtimes/configmap.yaml"]
         for setting in ALL_RUNTIMES:
             args += ["--set", setting]
         rendered = helm.run(args, lock=lock).stdout
-    configmap = next(d for d in yaml.safe_load_all(rendered) if isinstance(d, dict))
-    runtimes = [d for d in yaml.safe_load_all(configmap["data"]["runtimes.yaml"]) if isinstance(d, dict)]
+    configmap = next(d for d in yamlio.load_all(rendered) if isinstance(d, dict))
+    runtimes = [d for d in yamlio.load_all(configmap["data"]["runtimes.yaml"]) if isinstance(d, dict)]
     if not runtimes:
         raise UserError(f"{prefix}: upstream's chart rendered no runtimes", "its runtime switches changed")
     return tuple(runtimes)
@@ -96,7 +96,7 @@ def examples(lock: lockmod.Lock | None = None) -> list[Example]:
     with zipfile.ZipFile(_zip(lock)) as archive:
         for name in sorted(n for n in archive.namelist() if n.startswith(prefix) and n.endswith((".yaml", ".yml"))):
             text = archive.read(name).decode()
-            for index, doc in enumerate(yaml.safe_load_all(text)):
+            for index, doc in enumerate(yamlio.load_all(text)):
                 if isinstance(doc, dict):
                     found.append(Example(path=name[len(source.module) + len(source.version) + 2:], index=index, doc=doc))
     return found

@@ -15,10 +15,10 @@ import yaml
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def load(text: str) -> Any:
+def load(text: str | bytes) -> Any:
     return yaml.load(text, Loader=LOADER)  # LOADER is a safe loader
 
 
-def load_all(text: str) -> Iterator[Any]:
+def load_all(text: str | bytes) -> Iterator[Any]:
     documents: Iterator[Any] = yaml.load_all(text, Loader=LOADER)  # LOADER is a safe loader
     return documents

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import yaml
 
+from trainstack import yamlio
+
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = Path(__file__).resolve().parent / "golden"
 PART_OF = ("app.kubernetes.io/part-of", "trainstack")
@@ -46,7 +48,7 @@ def ours(docs: list[dict]) -> list[dict]:
 
 def text_of(env: str, rendered: str) -> str:
     """The golden file's text for ENV from `trainstack render --env ENV`'s output."""
-    return text_of_objects(env, [d for d in yaml.safe_load_all(rendered) if isinstance(d, dict) and d])
+    return text_of_objects(env, [d for d in yamlio.load_all(rendered) if isinstance(d, dict) and d])
 
 
 def path_of(env: str) -> Path:

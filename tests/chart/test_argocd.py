@@ -30,6 +30,7 @@ from gitops_support import (
     schema_errors,
 )
 from support.health_samples import JOBSET_CASES, TRAINJOB_CASES
+from trainstack import yamlio
 
 ARGOCD = ROOT / "overlays" / "argocd"
 HEALTH = ARGOCD / "install" / "health"
@@ -307,11 +308,11 @@ def test_install_component_leaves_the_repo_server_as_argocd_ships_it(installed):
 @pytest.mark.slow
 def test_health_samples_are_valid_trainjobs_and_jobsets(chart_ready):
     """The sample objects follow the pinned CRDs (status included), so the scripts read real fields."""
-    trainjobs = yaml.safe_load((chart_ready / "crds" / "trainjobs.trainer.kubeflow.org.yaml").read_text())
+    trainjobs = yamlio.load((chart_ready / "crds" / "trainjobs.trainer.kubeflow.org.yaml").read_text())
     archive = next((chart_ready / "charts").glob("jobset-*.tgz"))
     with tarfile.open(archive) as tar:
         member = next(m for m in tar.getmembers() if m.name.startswith("jobset/crds/") and m.isfile())
-        jobsets = yaml.safe_load(tar.extractfile(member).read())
+        jobsets = yamlio.load(tar.extractfile(member).read())
     for crd, cases in ((trainjobs, TRAINJOB_CASES), (jobsets, JOBSET_CASES)):
         validator = crd_validator(crd)
         for case, (obj, _, _) in cases.items():

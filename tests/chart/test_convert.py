@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, assert_one_line_error, run_cli
+from trainstack import yamlio
 from trainstack.convert import command, v1
 from trainstack.errors import UserError
 
@@ -176,7 +177,7 @@ def test_every_field_is_carried_over_or_reported(path: Path, runtimes) -> None:
     (result,) = command.convert_files([str(path)], runtimes=runtimes)
     out = json.dumps(result.trainjob)
     reported = [f.field for f in result.findings]
-    (doc,) = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    (doc,) = [d for d in yamlio.load_all(path.read_text()) if d]
     structural = {"apiVersion", "kind"}
     kind = v1.KINDS[doc["kind"]]
     roles = [r for r in kind.roles if r in doc["spec"][kind.replica_key]]
@@ -199,7 +200,7 @@ def test_every_field_is_carried_over_or_reported(path: Path, runtimes) -> None:
 def test_cli_writes_trainjobs_to_stdout_and_the_report_to_stderr(tmp_path: Path, chart_ready) -> None:
     result = run_cli("convert", str(CORPUS), timeout=60)
     assert result.returncode == 0, result.stderr
-    jobs = [d for d in yaml.safe_load_all(result.stdout) if d]
+    jobs = [d for d in yamlio.load_all(result.stdout) if d]
     assert len(jobs) == len(FILES) and all(j["kind"] == "TrainJob" for j in jobs)
     assert "PyTorchJob team-a/resnet-gpu -> TrainJob on " in result.stderr
     assert "not carried over spec.runPolicy.ttlSecondsAfterFinished" in result.stderr
@@ -211,7 +212,7 @@ def test_cli_writes_trainjobs_to_stdout_and_the_report_to_stderr(tmp_path: Path,
 
     out = tmp_path / "out"
     assert run_cli("convert", str(CORPUS / "jax-simple.yaml"), "-o", str(out), timeout=60).returncode == 0
-    assert yaml.safe_load((out / "kubeflow_jaxjob-simple.yaml").read_text())["spec"]["trainer"]["numNodes"] == 2
+    assert yamlio.load((out / "kubeflow_jaxjob-simple.yaml").read_text())["spec"]["trainer"]["numNodes"] == 2
 
 
 @pytest.mark.slow
@@ -253,7 +254,7 @@ def test_validate_catches_what_convert_keeps(chart_ready, tmp_path: Path) -> Non
     """The check above can fail: a v1 job with a floating image tag converts, and the image policy rejects it."""
     from trainstack.validate import command as validate
 
-    doc = yaml.safe_load((CORPUS / "jax-simple.yaml").read_text())
+    doc = yamlio.load((CORPUS / "jax-simple.yaml").read_text())
     doc["spec"]["jaxReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"] = "docker.io/x/jax:latest"
     path = tmp_path / "latest.yaml"
     path.write_text(yaml.safe_dump(doc))

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, assert_one_line_error, run_cli
+from trainstack import yamlio
 
 pytestmark = pytest.mark.slow
 
@@ -34,19 +35,19 @@ def test_source_build_is_byte_stable_and_matches_published_layout(chart_ready, l
                (second / f"{name}-{lock.chart(name).version}.tgz").read_bytes()
     jobset, lws, trainer = (lock.chart(n).version for n in ("jobset", "lws", "kubeflow-trainer"))
     with tarfile.open(first / f"jobset-{jobset}.tgz") as archive:
-        values = yaml.safe_load(archive.extractfile("jobset/values.yaml").read())
+        values = yamlio.load(archive.extractfile("jobset/values.yaml").read())
         image = lock.image("jobset-controller")
         assert values["image"]["repository"] == f"{image.registry}/{image.repository}"  # not the git staging image
         assert values["image"]["pullPolicy"] == "IfNotPresent"
     with tarfile.open(first / f"lws-{lws}.tgz") as archive:
-        assert yaml.safe_load(archive.extractfile("lws/Chart.yaml").read())["version"] == lws  # git says 0.1.0
+        assert yamlio.load(archive.extractfile("lws/Chart.yaml").read())["version"] == lws  # git says 0.1.0
     with tarfile.open(first / f"kubeflow-trainer-{trainer}.tgz") as archive:
         names = archive.getnames()
         assert f"kubeflow-trainer/charts/jobset-{jobset}.tgz" in names
 
 
 def test_checksum_mismatch_is_refused(lock, tmp_path):
-    data = yaml.safe_load((ROOT / "trainstack.lock.yaml").read_text())
+    data = yamlio.load((ROOT / "trainstack.lock.yaml").read_text())
     data["charts"]["jobset"]["source"]["sum"] = "h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
     broken = tmp_path / "lock.yaml"
     broken.write_text(yaml.safe_dump(data))
@@ -66,8 +67,8 @@ def _copy_repo(tmp_path):
 def test_unreachable_oci_registry_is_one_clear_line(tmp_path):
     repo = _copy_repo(tmp_path)
     # Point the chart at an address nothing listens on, keeping Chart.lock in step.
-    chart = yaml.safe_load((repo / "charts/trainstack/Chart.yaml").read_text())
-    lock = yaml.safe_load((repo / "trainstack.lock.yaml").read_text())
+    chart = yamlio.load((repo / "charts/trainstack/Chart.yaml").read_text())
+    lock = yamlio.load((repo / "trainstack.lock.yaml").read_text())
     for dep in chart["dependencies"]:
         dep["repository"] = "oci://127.0.0.1:9/charts"
         lock["charts"][dep["name"]]["oci"] = "oci://127.0.0.1:9/charts"
@@ -91,7 +92,7 @@ def test_broken_chart_is_one_clear_line(tmp_path):
 
 def test_chart_lock_out_of_date_is_reported(tmp_path):
     repo = _copy_repo(tmp_path)
-    chart = yaml.safe_load((repo / "charts/trainstack/Chart.yaml").read_text())
+    chart = yamlio.load((repo / "charts/trainstack/Chart.yaml").read_text())
     chart["dependencies"][1]["condition"] = "something.else"
     (repo / "charts/trainstack/Chart.yaml").write_text(yaml.safe_dump(chart))
     result = run_cli("deps", env={"TRAINSTACK_ROOT": str(repo)})

@@ -8,7 +8,7 @@ import pytest
 
 from conftest import ROOT, by_kind, docs_of, helm_template, rendered_file, run_cli
 from policy_examples import examples
-from trainstack import paths
+from trainstack import paths, yamlio
 
 pytestmark = pytest.mark.slow
 
@@ -50,10 +50,9 @@ def test_params_live_in_one_configmap_that_every_binding_references(chart_ready)
 
 
 def test_policies_are_shipped_as_written_in_policies_folder(dev_render):
-    import yaml
 
     shipped = by_kind(docs_of(dev_render), "ValidatingAdmissionPolicy")
-    sources = {p.name: yaml.safe_load(p.read_text()) for p in paths.policies_dir(ROOT).glob("*.yaml")}
+    sources = {p.name: yamlio.load(p.read_text()) for p in paths.policies_dir(ROOT).glob("*.yaml")}
     compared = 0
     for name, source in sources.items():
         if source["metadata"]["name"] in shipped:  # dev leaves imageRegistry and requiredLabels off
@@ -112,9 +111,8 @@ def test_offline_judges_the_pods_trainer_merges_not_the_patch_alone(chart_ready,
 
 
 def test_placement_params_follow_the_pools_teams_and_priority_classes(chart_ready):
-    import yaml
 
-    docs = [d for d in yaml.safe_load_all(rendered_file("prod").read_text()) if d]
+    docs = [d for d in yamlio.load_all(rendered_file("prod").read_text()) if d]
     params = by_kind(docs, "ConfigMap")["trainstack-policy-params"]["data"]
     runtime = by_kind(docs, "ClusterTrainingRuntime")["torch-distributed-gpu"]  # the GPU pool, as the GPU runtimes select it
     pod = runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]

@@ -20,7 +20,7 @@ import yaml
 
 from conftest import ROOT, by_kind, helm_template, run_cli
 from support.monitoring_render import WITH_KUEUE, alerts, render, rule_groups, run_tool
-from trainstack import monitoring, tools
+from trainstack import monitoring, tools, yamlio
 
 FORCED = ("--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always")
 # The tracking server's ServiceMonitor and alerts (templates/tracking-*.yaml; its policy: tests/chart/test_tracking.py).
@@ -202,7 +202,7 @@ def test_rendered_monitoring_objects_pass_trainstack_validate(forced, tmp_path):
 def test_the_unit_tests_fire_and_resolve_each_alert(chart_ready):
     shipped = set(alerts(rule_groups(render(*FORCED, *TRACKED))))
     fired, resolved = set(), set()
-    for case in yaml.safe_load(ALERTS_TEST.read_text())["tests"]:
+    for case in yamlio.load(ALERTS_TEST.read_text())["tests"]:
         for check in case["alert_rule_test"]:
             (fired if check.get("exp_alerts") else resolved).add(check["alertname"])
     assert fired == shipped and resolved == shipped
@@ -322,7 +322,7 @@ def test_training_progress_stays_off_in_every_environment():
 
     for env in ENVIRONMENTS:
         docs = list(rendered(env))
-        config = yaml.safe_load(by_kind(docs, "ConfigMap")["kubeflow-trainer-config"]["data"]
+        config = yamlio.load(by_kind(docs, "ConfigMap")["kubeflow-trainer-config"]["data"]
                                 ["controller_manager_config.yaml"])
         assert not (config.get("featureGates") or {}).get("TrainJobStatus"), env
         manager = by_kind(docs, "Deployment")["kubeflow-trainer-controller-manager"]

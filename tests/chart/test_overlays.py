@@ -9,10 +9,10 @@ import json
 import shutil
 
 import pytest
-import yaml
 
 from conftest import ROOT, assert_one_line_error, by_kind, docs_of, helm_template, run_cli
 from gitops_support import ENVIRONMENTS, MIRROR, canonical, cluster_scoped, group_kind, plain_kustomize, rendered
+from trainstack import yamlio
 
 pytestmark = pytest.mark.slow
 
@@ -53,7 +53,7 @@ def test_every_environment_names_the_published_chart_of_this_release(chart_ready
     from trainstack import release
 
     for env in ENVIRONMENTS:
-        chart = yaml.safe_load((ROOT / "overlays" / env / "kustomization.yaml").read_text())["helmCharts"][0]
+        chart = yamlio.load((ROOT / "overlays" / env / "kustomization.yaml").read_text())["helmCharts"][0]
         assert (chart["repo"], chart["version"]) == (release.chart_repository(ROOT), release.current_version(ROOT))
         # every values file it reads is in its folder (Argo CD's kustomize reads nothing outside it)
         for name in [chart["valuesFile"], *chart.get("additionalValuesFiles", [])]:
@@ -70,7 +70,7 @@ def test_render_passes_trainstack_validate(env, chart_ready):
 
 
 def values_of(path: str) -> dict:
-    return yaml.safe_load((ROOT / "overlays" / path).read_text()) or {}
+    return yamlio.load((ROOT / "overlays" / path).read_text()) or {}
 
 
 def identity(doc: dict) -> tuple[str, str, str]:
@@ -177,7 +177,7 @@ def test_team_add_writes_the_envs_own_values_and_checks_them_with_the_shared_fil
     result = run_cli(*args, env={"TRAINSTACK_ROOT": str(root)})
     assert result.returncode == 0, result.stderr
     changed = [p for p, text in before.items() if p.read_text() != text]
-    assert changed == [own] and "vision" in yaml.safe_load(own.read_text())["teams"]
+    assert changed == [own] and "vision" in yamlio.load(own.read_text())["teams"]
 
     own.write_text(before[own])
     shared.write_text(before[shared].replace("    replicas: 2\n", "    replicas: many\n", 1))

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, assert_one_line_error, docs_of, run_cli
+from trainstack import yamlio
 
 pytestmark = pytest.mark.slow
 
@@ -61,10 +62,10 @@ def test_an_environments_own_values_win_over_the_shared_file(chart_ready, tmp_pa
     (root / "charts").symlink_to(ROOT / "charts")
     shutil.copytree(ROOT / "overlays", root / "overlays", ignore=shutil.ignore_patterns("argocd"))
     own = root / "overlays" / "staging" / "values.yaml"
-    values = yaml.safe_load(own.read_text())
+    values = yamlio.load(own.read_text())
     values["kubeflow-trainer"]["manager"]["replicas"] = 3
     own.write_text(yaml.safe_dump(values))
-    assert yaml.safe_load((root / "overlays" / "shared" / "production.yaml").read_text())[
+    assert yamlio.load((root / "overlays" / "shared" / "production.yaml").read_text())[
         "kubeflow-trainer"]["manager"]["replicas"] == 2
     result = run_cli("render", "--env", "staging", env={"TRAINSTACK_ROOT": str(root)})
     assert result.returncode == 0, result.stderr

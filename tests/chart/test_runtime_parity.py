@@ -16,7 +16,7 @@ import yaml
 
 from conftest import ROOT, helm_template, run_cli
 from runtime_support import by_name, docs_of_kind, policy_params, rendered_runtimes
-from trainstack import paths, upstream
+from trainstack import paths, upstream, yamlio
 
 pytestmark = pytest.mark.slow
 
@@ -146,7 +146,7 @@ def test_names_follow_the_one_rule(theirs, ours):
             assert target in ours and ours[target]["spec"] == runtime["spec"], name
         else:
             assert name in (source, f"{source}-{SUFFIX[cls]}"), name
-    skeletons = {yaml.safe_load(p.read_text())["metadata"]["name"]: p.stem for p in paths.runtimes_dir(ROOT).glob("*.yaml")}
+    skeletons = {yamlio.load(p.read_text())["metadata"]["name"]: p.stem for p in paths.runtimes_dir(ROOT).glob("*.yaml")}
     assert set(skeletons) == set(theirs) and all(k == v for k, v in skeletons.items())
 
 

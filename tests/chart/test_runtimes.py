@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-import yaml
 
 from conftest import ROOT, helm_template, render_env, run_cli
 from runtime_support import by_name, docs_of_kind, rendered_runtimes
 from trainstack import lock as lockmod
+from trainstack import yamlio
 
 pytestmark = pytest.mark.slow
 
@@ -254,7 +254,7 @@ def test_runtimes_are_plain_objects_not_hooks(dev_render):
 
 def test_every_golden_runtime_has_an_example_trainjob(default_runtimes):
     names = {n for n, rt in default_runtimes.items() if "trainstack.io/alias-of" not in rt["metadata"]["labels"]}
-    used = {yaml.safe_load(p.read_text())["spec"]["runtimeRef"]["name"]
+    used = {yamlio.load(p.read_text())["spec"]["runtimeRef"]["name"]
             for p in (ROOT / "examples" / "trainjobs").glob("*.yaml")}
     assert used == names
 
@@ -276,7 +276,7 @@ def test_example_trainjobs_pass_prod_validation_and_policies(chart_ready):
 
     prod = {d["metadata"]["name"] for d in docs_of_kind(render_env("prod").stdout, "ClusterTrainingRuntime")}
     files = [str(p) for p in sorted((ROOT / "examples" / "trainjobs").glob("*.yaml"))
-             if yaml.safe_load(p.read_text())["spec"]["runtimeRef"]["name"] in prod]
+             if yamlio.load(p.read_text())["spec"]["runtimeRef"]["name"] in prod]
     assert len(files) >= 6
     result = run_cli("validate", "--env", "prod", "--policies", "--output", "json", *files)
     report = json.loads(result.stdout)

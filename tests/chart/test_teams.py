@@ -11,6 +11,7 @@ import yaml
 
 from conftest import ROOT, assert_one_line_error, by_kind, docs_of, helm_template, run_cli
 from support.team_values import VALUES
+from trainstack import yamlio
 
 EXAMPLE = ROOT / "examples" / "teams" / "values.yaml"
 
@@ -77,7 +78,7 @@ def test_members_are_bound_to_the_aggregated_trainer_roles(teams_render):
 
 @pytest.mark.slow
 def test_kueue_flavors_come_from_the_runtime_classes_and_queues_share_a_cohort(teams_render):
-    values = yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())["runtimes"]
+    values = yamlio.load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())["runtimes"]
     flavors = by_kind(teams_render, "ResourceFlavor")
     assert flavors["trainstack-nvidia"]["spec"] == {"nodeLabels": values["nvidia"]["nodeSelector"],
                                                     "tolerations": values["nvidia"]["tolerations"]}
@@ -107,7 +108,7 @@ def test_topology_aware_queues_have_one_topology_flavor_per_node_pool(chart_read
     labels, and one resource group per ClusterQueue whose flavors are the pools: a GPU pod's CPU, memory and
     GPUs count on its GPU pool (one topology flavor per PodSet, as Kueue requires), the team's CPU and
     memory quota on each pool, its GPU quota and borrowing limit only on its GPU pool."""
-    values = yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())["runtimes"]
+    values = yamlio.load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())["runtimes"]
     docs = _render(*TOPOLOGY)
     assert by_kind(docs, "Topology")["trainstack-nodes"]["spec"] == {"levels": [{"nodeLabel": "kubernetes.io/hostname"}]}
     flavors = by_kind(docs, "ResourceFlavor")
@@ -224,7 +225,7 @@ def test_team_add_to_a_file_without_teams_appends_a_section(chart_ready, tmp_pat
     assert result.returncode == 0, result.stderr
     after = path.read_text()
     assert after.startswith(before)
-    assert yaml.safe_load(after)["teams"] == {"vision": {"members": [{"kind": "Group", "name": "vision", "role": "edit"}],
+    assert yamlio.load(after)["teams"] == {"vision": {"members": [{"kind": "Group", "name": "vision", "role": "edit"}],
                                                          "quota": {"nvidia.com/gpu": 2}}}
 
 
@@ -248,23 +249,23 @@ def test_kueue_is_an_optional_pinned_dependency_with_its_trainjob_integration(ch
     pin = lock.chart("kueue")
     image = lock.image("kueue-controller")
     assert pin.source.version == f"v{pin.version}" == lock.tool("kueue-controller").version == image.tag
-    values = yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())["kueue"]
+    values = yamlio.load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())["kueue"]
     assert values["install"] is False
     assert values["controllerManager"]["manager"]["image"]["repository"] == f"{image.registry}/{image.repository}"
     assert values["controllerManager"]["manager"]["image"]["tag"] == image.tag
     with tarfile.open(chart_ready / "charts" / f"kueue-{pin.version}.tgz") as archive:
-        upstream = yaml.safe_load(archive.extractfile("kueue/values.yaml").read())
+        upstream = yamlio.load(archive.extractfile("kueue/values.yaml").read())
     assert upstream["controllerManager"]["manager"]["image"]["tag"] == image.tag  # the release edit, not `release-0.19`
     assert not any(d["kind"] == "Deployment" and d["metadata"]["name"].startswith("kueue") for d in docs_of(helm_template().stdout))
     docs = docs_of(helm_template("--set", "kueue.install=true").stdout)
     manager = by_kind(docs, "Deployment")["kueue-controller-manager"]
     assert manager["spec"]["template"]["spec"]["containers"][0]["image"] == f"{image.registry}/{image.repository}:{image.tag}"
     config = by_kind(docs, "ConfigMap")["kueue-manager-config"]["data"]["controller_manager_config.yaml"]
-    assert "trainer.kubeflow.org/trainjob" in yaml.safe_load(config)["integrations"]["frameworks"]
+    assert "trainer.kubeflow.org/trainjob" in yamlio.load(config)["integrations"]["frameworks"]
 
 
 def _kueue_config(docs):
-    return yaml.safe_load(by_kind(docs, "ConfigMap")["kueue-manager-config"]["data"]["controller_manager_config.yaml"])
+    return yamlio.load(by_kind(docs, "ConfigMap")["kueue-manager-config"]["data"]["controller_manager_config.yaml"])
 
 
 @pytest.mark.slow
@@ -273,7 +274,7 @@ def test_installed_kueue_admits_all_or_nothing_and_is_otherwise_upstreams(chart_
     values.yaml from the built Kueue chart) plus waitForPodsReady with blockAdmission, nothing else."""
     from trainstack import kueueconfig
 
-    upstream = yaml.safe_load(kueueconfig.upstream_default(ROOT, lock))
+    upstream = yamlio.load(kueueconfig.upstream_default(ROOT, lock))
     assert "waitForPodsReady" not in upstream  # upstream's default leaves blockAdmission off
     deployed = _kueue_config(docs_of(helm_template("--set", "kueue.install=true").stdout))
     assert deployed["waitForPodsReady"] == {
@@ -294,8 +295,8 @@ def test_a_gang_choice_with_kueue_needs_blocking_admission(chart_ready, tmp_path
     """scheduling.gang with teams.kueue and the installed Kueue: its configuration must block admission
     until pods are Ready; a configuration without it is refused with one line."""
     assert _kueue_config(docs_of(helm_template(*NATIVE, "-f", str(EXAMPLE)).stdout))["waitForPodsReady"]["blockAdmission"]
-    values = yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())
-    config = yaml.safe_load(values["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
+    values = yamlio.load((ROOT / "charts" / "trainstack" / "values.yaml").read_text())
+    config = yamlio.load(values["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
     config["waitForPodsReady"]["blockAdmission"] = False
     override = tmp_path / "kueue-no-block.yaml"
     override.write_text(yaml.safe_dump({"kueue": {"managerConfig": {"controllerManagerConfigYaml": yaml.safe_dump(config)}}}))

@@ -20,9 +20,8 @@ import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from trainstack import backup, paths, release, tools
+from trainstack import backup, paths, release, tools, yamlio
 from trainstack import render as rendermod
 from trainstack.cluster.local import BINARIES, LocalCluster
 from trainstack.e2e import clusterstate, upgrade
@@ -124,7 +123,7 @@ def test_backup_restores_into_a_fresh_cluster(lifecycle, tmp_path):
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["objects"]["TrainJob"] >= 10 and summary["objects"]["ClusterTrainingRuntime"] >= 3
-    saved = [d for f in sorted(out.glob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
+    saved = [d for f in sorted(out.glob("*.yaml")) for d in yamlio.load_all(f.read_text()) if d]
     for doc in saved:
         assert "status" not in doc and not {"uid", "resourceVersion", "managedFields"} & set(doc["metadata"])
     crds = rendermod.rendered_crds(paths.chart_dir(), test.values(ROOT), lock=test.lock)

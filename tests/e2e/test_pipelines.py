@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from pipeline_support import score, step_fails, tp, train_locally
+from trainstack import yamlio
 
 BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
 
@@ -113,7 +114,7 @@ def apiserver(chart_ready, local_cluster):
             rendered = helm.run(["template", "t", str(chart_ready), "-n", "kubeflow-system", "--kube-version",
                                  cluster.lock.kubernetes_version, "--show-only", "templates/runtimes.yaml",
                                  *values]).stdout
-            return next(d for d in yaml.safe_load_all(rendered) if d and d["metadata"]["name"] == "torch-distributed")
+            return next(d for d in yamlio.load_all(rendered) if d and d["metadata"]["name"] == "torch-distributed")
 
         cluster.apply([torch_runtime("--set", "runtimes.defaults.output.enabled=true")])
         for ns in ("team-a", "team-b"):
@@ -126,9 +127,9 @@ def apiserver(chart_ready, local_cluster):
         cluster.kubectl("create", "namespace", "kubeflow-system")
         policies = helm.run(["template", "t", str(chart_ready), "-n", "kubeflow-system", "--kube-version",
                              cluster.lock.kubernetes_version, "--show-only", "templates/policies.yaml"]).stdout
-        cluster.apply([d for d in yaml.safe_load_all(policies) if d])
+        cluster.apply([d for d in yamlio.load_all(policies) if d])
         cluster.apply(tp.rbac_manifests("team-a", steps=("train",)))
-        config = yaml.safe_load(cluster.kubectl("config", "view", "--raw", "--minify", "--flatten").stdout)
+        config = yamlio.load(cluster.kubectl("config", "view", "--raw", "--minify", "--flatten").stdout)
         token = cluster.kubectl("create", "token", "trainstack-pipeline", "-n", "team-a").stdout.strip()
         config["users"] = [{"name": "pipeline", "user": {"token": token}}]
         config["contexts"][0]["context"]["user"] = "pipeline"

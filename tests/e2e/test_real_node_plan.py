@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import yaml
 
-from trainstack import images
+from trainstack import images, yamlio
 from trainstack.cluster import addons
 from trainstack.cluster import node as nodemod
 from trainstack.e2e.providers import local as localprov
@@ -13,7 +13,7 @@ BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/co
 
 
 def test_mirror_values_point_every_image_at_the_clusters_registry(lock, tmp_path):
-    values = yaml.safe_load(localprov.mirror_values(lock, tmp_path / "v.yaml").read_text())
+    values = yamlio.load(localprov.mirror_values(lock, tmp_path / "v.yaml").read_text())
     mirror = nodemod.MIRROR
     assert values["global"]["imageRegistry"] == mirror
     assert values["kubeflow-trainer"]["image"]["registry"] == mirror
@@ -27,7 +27,7 @@ def test_node_prereqs_check_names_a_package_not_at_its_pinned_version(tmp_path, 
     from conftest import run_cli
 
     assert run_cli("node", "prereqs", "--check").returncode == 0, "make setup installs the pinned packages"
-    data = yaml.safe_load(lock.path.read_text())
+    data = yamlio.load(lock.path.read_text())
     data["debian"]["runc"] = "0.0.1-not-this-one"
     broken = tmp_path / "lock.yaml"
     broken.write_text(yaml.safe_dump(data))

@@ -28,7 +28,7 @@ import yaml
 import postgres_support
 from clusters import PIPELINE_NS
 from pipeline_support import score, step_fails, tp, train_locally
-from trainstack import helm, monitoring, tools
+from trainstack import helm, monitoring, tools, yamlio
 from trainstack.e2e import base as basemod
 from trainstack.e2e import suite as suitemod
 from trainstack.e2e import tracking as trackingmod
@@ -161,7 +161,7 @@ def _mlflow_post(uri: str, account: tuple[str, str], path: str, body: dict) -> i
 
 def _service_account_kubeconfig(cluster: dict, namespace: str, path: Path) -> Path:
     """A kubeconfig for the pipeline ServiceAccount: the cluster's server and CA, a fresh token."""
-    config = yaml.safe_load(_kubectl(cluster, "config", "view", "--raw", "--minify", "--flatten").stdout)
+    config = yamlio.load(_kubectl(cluster, "config", "view", "--raw", "--minify", "--flatten").stdout)
     token = _kubectl(cluster, "create", "token", "trainstack-pipeline", "-n", namespace,
                      "--duration", "1h").stdout.strip()
     config["users"] = [{"name": "pipeline", "user": {"token": token}}]

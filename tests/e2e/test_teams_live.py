@@ -15,9 +15,8 @@ import datetime
 import subprocess
 
 import pytest
-import yaml
 
-from trainstack import helm, paths
+from trainstack import helm, paths, yamlio
 from trainstack.cluster.local import BINARIES, POOL_LABEL
 from trainstack.e2e import base as basemod
 from trainstack.e2e import smokejobs as smokemod
@@ -190,7 +189,7 @@ def test_kueue_admits_all_or_nothing_wait_for_pods_ready(teams_platform):
     blocked for every queue); when the timeout passes Kueue evicts team-b's job (PodsReadyTimeout), suspends
     it and removes its pods, requeues it, and admits team-a's job (docs/scheduling.md)."""
     kube = teams_platform.kube
-    deployed = yaml.safe_load(kube.kubectl_json("get", "configmap", "kueue-manager-config", "-n", basemod.NAMESPACE)
+    deployed = yamlio.load(kube.kubectl_json("get", "configmap", "kueue-manager-config", "-n", basemod.NAMESPACE)
                               ["data"]["controller_manager_config.yaml"])
     assert deployed["waitForPodsReady"]["blockAdmission"] is True
     assert deployed["waitForPodsReady"]["timeout"] == tl.PODS_READY_TIMEOUT
@@ -257,7 +256,7 @@ def test_helm_upgrade_adopts_the_queues_the_first_install_created(teams_platform
     manifest = subprocess.run(teams_platform.helm_cmd("get", "manifest", basemod.RELEASE, "-n", basemod.NAMESPACE),
                               capture_output=True, text=True, timeout=60, env=helm.env(teams_platform.lock),
                               check=True).stdout
-    owned = {(d["kind"], d["metadata"]["name"]) for d in yaml.safe_load_all(manifest) if d}
+    owned = {(d["kind"], d["metadata"]["name"]) for d in yamlio.load_all(manifest) if d}
     assert {("ClusterQueue", "team-a"), ("ClusterQueue", "team-b"), ("LocalQueue", "team-a"),
             ("ResourceFlavor", "trainstack-nvidia")} <= owned
     after = {q["metadata"]["name"]: q["metadata"]["uid"]

@@ -19,7 +19,7 @@ import yaml
 
 from clusters import scratch
 from conftest import ROOT
-from trainstack import monitoring, tools
+from trainstack import monitoring, tools, yamlio
 from trainstack.cluster.local import FAIL_LABEL, free_port, stop_pids
 from trainstack.errors import UserError
 
@@ -101,9 +101,9 @@ def test_real_metrics_of_the_pinned_controllers(local_cluster, lock, tmp_path):
     if not all(need.values()):
         pytest.fail("the pinned controllers are not built: run 'make setup'")
     chart = ROOT / "charts" / "trainstack"
-    crds = [yaml.safe_load(p.read_text()) for p in sorted((chart / "crds").glob("*.yaml"))]
+    crds = [yamlio.load(p.read_text()) for p in sorted((chart / "crds").glob("*.yaml"))]
     with tarfile.open(next((chart / "charts").glob("jobset-*.tgz"))) as archive:
-        crds.append(yaml.safe_load(archive.extractfile("jobset/crds/jobset.x-k8s.io_jobsets.yaml").read()))
+        crds.append(yamlio.load(archive.extractfile("jobset/crds/jobset.x-k8s.io_jobsets.yaml").read()))
     local_cluster.apply(crds, server_side=True)
     local_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                           *[f"crd/{c['metadata']['name']}" for c in crds])

@@ -17,7 +17,7 @@ import yaml
 
 from conftest import ROOT, _need, assert_one_line_error, run_cli
 from support.signing import gpg_home
-from trainstack import helm, render
+from trainstack import helm, render, yamlio
 from trainstack.cluster.local import free_port
 from trainstack.cluster.node import registry_config
 
@@ -55,7 +55,7 @@ def _publish(registry: str, path: str, *extra: str, root: Path = ROOT) -> subpro
 
 
 def _chart_version() -> str:
-    return str(yaml.safe_load((ROOT / "charts" / "trainstack" / "Chart.yaml").read_text())["version"])
+    return str(yamlio.load((ROOT / "charts" / "trainstack" / "Chart.yaml").read_text())["version"])
 
 
 def _template(chart: str, *args: str) -> str:

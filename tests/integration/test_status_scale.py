@@ -12,6 +12,7 @@ import yaml
 
 from clusters import scratch
 from conftest import ROOT, run_cli
+from trainstack import yamlio
 
 NAMESPACES = [f"team-{i}" for i in range(10)]
 PER_NAMESPACE = 100
@@ -32,7 +33,7 @@ def local_cluster(local_cluster):
 
 
 def test_status_with_1000_trainjobs(local_cluster, lock):
-    crds = [yaml.safe_load(p.read_text()) for p in sorted((ROOT / "charts" / "trainstack" / "crds").glob("*.yaml"))]
+    crds = [yamlio.load(p.read_text()) for p in sorted((ROOT / "charts" / "trainstack" / "crds").glob("*.yaml"))]
     local_cluster.apply(crds, server_side=True)
     local_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                           *[f"crd/{c['metadata']['name']}" for c in crds])

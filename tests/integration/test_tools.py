@@ -75,9 +75,7 @@ def test_kwokctl_defaults_to_the_kubernetes_release_upstreams_release_build_sets
     supported_releases.txt (its Makefile's LATEST_KUBE_RELEASE); kwokctl's defaults show it."""
     import subprocess
 
-    import yaml
-
-    from trainstack import tools
+    from trainstack import tools, yamlio
 
     tool = lock.tool("kwok")
     module_dir = Path(tools.module_info(tool.module, tool.version)["Dir"])
@@ -86,7 +84,7 @@ def test_kwokctl_defaults_to_the_kubernetes_release_upstreams_release_build_sets
     out = subprocess.run([str(_installed("kwokctl")), "config", "view"], capture_output=True, text=True, timeout=30,
                          env={**env, "HOME": str(tmp_path)}, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
-    config = next(d for d in yaml.safe_load_all(out.stdout) if d and d.get("kind") == "KwokctlConfiguration")
+    config = next(d for d in yamlio.load_all(out.stdout) if d and d.get("kind") == "KwokctlConfiguration")
     options = config["options"]
     assert options["kubeVersion"] == f"v{latest}"
     assert options["kwokVersion"] == tool.version

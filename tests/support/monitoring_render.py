@@ -6,9 +6,8 @@ from __future__ import annotations
 import functools
 import subprocess
 
-import yaml
-
 from conftest import ROOT
+from trainstack import yamlio
 
 
 def run_tool(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -18,7 +17,7 @@ def run_tool(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
 def render(*args: str) -> list[dict]:
     """helm template of the chart without CRDs (not needed here), parsed with the C loader: rendered once
     per session and argument list, parsed afresh for each caller."""
-    return [d for d in yaml.load_all(_template(args), Loader=yaml.CSafeLoader) if isinstance(d, dict) and d]
+    return [d for d in yamlio.load_all(_template(args)) if isinstance(d, dict) and d]
 
 
 @functools.cache
@@ -39,4 +38,4 @@ def alerts(groups: list[dict]) -> dict[str, dict]:
 
 
 # Kueue is wired where the chart can install it (the `kueue` dependency, `kueue.install`).
-WITH_KUEUE = "kueue" in (yaml.safe_load((ROOT / "charts" / "trainstack" / "values.yaml").read_text()) or {})
+WITH_KUEUE = "kueue" in (yamlio.load((ROOT / "charts" / "trainstack" / "values.yaml").read_text()) or {})

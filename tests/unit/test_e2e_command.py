@@ -5,9 +5,9 @@ from __future__ import annotations
 import copy
 
 import pytest
-import yaml
 
 from conftest import ROOT, assert_one_line_error, run_cli
+from trainstack import yamlio
 from trainstack.cluster.local import FAIL_LABEL, GPU_RESOURCE, NodePool, default_pools
 from trainstack.e2e import smokejobs as smokemod
 from trainstack.e2e.hostcontrollers import HostController
@@ -208,10 +208,10 @@ def test_failure_label_is_upstreams_chaos_stage_label():
 
 
 def test_kind_config_and_ci_workflow_take_versions_from_the_lock(lock):
-    config = yaml.safe_load((ROOT / "e2e" / "kind-config.yaml").read_text())
+    config = yamlio.load((ROOT / "e2e" / "kind-config.yaml").read_text())
     assert config["kind"] == "Cluster" and config["apiVersion"] == "kind.x-k8s.io/v1alpha4"
     assert all("image" not in node for node in config["nodes"]), "the node image comes from the lock"
-    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "e2e-kind.yaml").read_text())
+    workflow = yamlio.load((ROOT / ".github" / "workflows" / "e2e-kind.yaml").read_text())
     run_lines = [step.get("run", "") for job in workflow["jobs"].values() for step in job["steps"]]
     assert any("make e2e PROVIDER=kind" in line for line in run_lines)
     text = (ROOT / ".github" / "workflows" / "e2e-kind.yaml").read_text()
@@ -220,7 +220,7 @@ def test_kind_config_and_ci_workflow_take_versions_from_the_lock(lock):
 
 def test_the_test_workflow_runs_make_test_and_the_chart_tier_alone():
     """Users' CI: .github/workflows/test.yaml runs what .ci/run runs here, and the chart tier by itself."""
-    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "test.yaml").read_text())
+    workflow = yamlio.load((ROOT / ".github" / "workflows" / "test.yaml").read_text())
     runs = {name: [step.get("run", "") for step in job["steps"]] for name, job in workflow["jobs"].items()}
     assert any("make test" in line for line in runs["test"])
     assert any(line.startswith("make validate") for line in runs["chart"])

@@ -7,10 +7,10 @@ from __future__ import annotations
 import copy
 
 import pytest
-import yaml
 
 from conftest import ROOT, run_cli
 from trainstack import lock as lockmod
+from trainstack import yamlio
 from trainstack.benchmarks import matrix
 from trainstack.errors import UsageError, UserError
 
@@ -23,7 +23,7 @@ def with_kube(lock: lockmod.Lock, **changes) -> lockmod.Lock:
 
 def test_the_chart_claims_exactly_the_supported_range_and_both_ends_are_tested(lock):
     oldest, newest = lock.kubernetes_supported
-    chart = yaml.safe_load((ROOT / "charts" / "trainstack" / "Chart.yaml").read_text())
+    chart = yamlio.load((ROOT / "charts" / "trainstack" / "Chart.yaml").read_text())
     assert chart["kubeVersion"] == f">={oldest}.0-0 <1.{int(newest.split('.')[1]) + 1}.0-0"
     tested = {lockmod.minor_of(v) for v in lock.kubernetes_matrix()}
     assert {oldest, newest} <= tested
@@ -123,7 +123,7 @@ def test_the_summary_counts_releases_that_passed_every_part_and_names_each_failu
 def test_the_ci_matrix_has_one_job_per_tested_release_read_from_the_lock():
     """.github/workflows/matrix.yaml lists no version: its first job prints the lock's releases (the same
     function make test-matrix uses) and the second runs make test-matrix for each, which the Makefile has."""
-    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "matrix.yaml").read_text())
+    workflow = yamlio.load((ROOT / ".github" / "workflows" / "matrix.yaml").read_text())
     read = " ".join(step.get("run", "") for step in workflow["jobs"]["releases"]["steps"])
     assert "kubernetes_matrix()" in read
     job = workflow["jobs"]["kubernetes"]

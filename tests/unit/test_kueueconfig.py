@@ -8,7 +8,7 @@ import tarfile
 import pytest
 import yaml
 
-from trainstack import kueueconfig
+from trainstack import kueueconfig, yamlio
 from trainstack import lock as lockmod
 from trainstack.errors import UserError
 
@@ -37,7 +37,7 @@ def test_upstreams_part_follows_a_bump_and_ours_is_kept_before_integrations():
     bumped = UPSTREAM.replace("qps: 300", "qps: 500\n  burst: 700").replace(
         "kind: Configuration\n", "kind: Configuration\nfairSharing:\n  enable: true\n")
     out = kueueconfig.merge(bumped, current)
-    data = yaml.safe_load(out)
+    data = yamlio.load(out)
     assert data["clientConnection"] == {"qps": 500, "burst": 700}
     assert data["fairSharing"] == {"enable": True}
     assert data["waitForPodsReady"] == {"timeout": "10m", "blockAdmission": True}
@@ -49,13 +49,13 @@ def test_upstreams_part_follows_a_bump_and_ours_is_kept_before_integrations():
 
 def test_a_value_upstream_changed_by_hand_is_regenerated_and_ours_wins_over_upstreams():
     edited = kueueconfig.merge(UPSTREAM, OURS).replace("qps: 300", "qps: 1")
-    assert yaml.safe_load(kueueconfig.merge(UPSTREAM, edited))["clientConnection"]["qps"] == 300
+    assert yamlio.load(kueueconfig.merge(UPSTREAM, edited))["clientConnection"]["qps"] == 300
     upstream_with_it = UPSTREAM + "waitForPodsReady:\n  timeout: 5m\n"
-    assert yaml.safe_load(kueueconfig.merge(upstream_with_it, OURS))["waitForPodsReady"]["blockAdmission"] is True
+    assert yamlio.load(kueueconfig.merge(upstream_with_it, OURS))["waitForPodsReady"]["blockAdmission"] is True
 
 
 def test_without_our_keys_it_is_upstreams_default():
-    assert yaml.safe_load(kueueconfig.merge(UPSTREAM, "")) == yaml.safe_load(UPSTREAM)
+    assert yamlio.load(kueueconfig.merge(UPSTREAM, "")) == yamlio.load(UPSTREAM)
 
 
 def test_a_key_that_is_neither_upstreams_nor_ours_is_refused_in_one_line():
@@ -75,9 +75,9 @@ def test_values_yaml_changes_only_the_string(tmp_path):
     out = kueueconfig.values_yaml(values, UPSTREAM)
     assert out.startswith("# head comment\nkueue:\n  install: false  # kept\n  managerConfig:\n    # the string\n")
     assert out.endswith("images: {}\n")
-    string = yaml.safe_load(out)["kueue"]["managerConfig"]["controllerManagerConfigYaml"]
-    assert yaml.safe_load(string)["waitForPodsReady"] == {"timeout": "10m"}
-    assert yaml.safe_load(string)["clientConnection"] == {"qps": 300}
+    string = yamlio.load(out)["kueue"]["managerConfig"]["controllerManagerConfigYaml"]
+    assert yamlio.load(string)["waitForPodsReady"] == {"timeout": "10m"}
+    assert yamlio.load(string)["clientConnection"] == {"qps": 300}
     assert "controllerManagerConfigYaml: |-\n" in out
 
 

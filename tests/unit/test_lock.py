@@ -8,6 +8,7 @@ import tomllib
 import yaml
 
 from conftest import ROOT, assert_one_line_error, run_cli
+from trainstack import yamlio
 
 
 def test_lock_check_passes():
@@ -76,9 +77,9 @@ def test_lock_sync_writes_a_new_version_everywhere_and_keeps_comments(tmp_path):
     assert sorted(locksync.sync(tmp_path, new)) == sorted(stale)
     assert locksync.sync(tmp_path, new, check=True) == []
 
-    chart = yaml.safe_load((tmp_path / "charts/trainstack/Chart.yaml").read_text())
+    chart = yamlio.load((tmp_path / "charts/trainstack/Chart.yaml").read_text())
     assert {d["name"]: d["version"] for d in chart["dependencies"]}["kueue"] == "9.8.7"
-    values = yaml.safe_load((tmp_path / "charts/trainstack/values.yaml").read_text())
+    values = yamlio.load((tmp_path / "charts/trainstack/values.yaml").read_text())
     assert values["jobset"]["image"]["tag"] == "v9.9.9"
     assert "| `kueue` | 9.8.7 |" in (tmp_path / "charts/trainstack/README.header.md").read_text()
     project = tomllib.loads((tmp_path / "pyproject.toml").read_text())["project"]
@@ -102,7 +103,7 @@ def test_a_chart_the_lock_pins_but_chart_yaml_lacks_is_one_line(tmp_path):
 
 
 def test_missing_lock_entry_is_one_clear_line(tmp_path):
-    data = yaml.safe_load((ROOT / "trainstack.lock.yaml").read_text())
+    data = yamlio.load((ROOT / "trainstack.lock.yaml").read_text())
     del data["tools"]["helm"]["version"]
     broken = tmp_path / "lock.yaml"
     broken.write_text(yaml.safe_dump(data))
@@ -118,7 +119,7 @@ def test_lock_that_is_not_yaml_is_one_clear_line(tmp_path):
 
 
 def test_floating_tag_in_lock_is_reported(tmp_path):
-    data = yaml.safe_load((ROOT / "trainstack.lock.yaml").read_text())
+    data = yamlio.load((ROOT / "trainstack.lock.yaml").read_text())
     data["images"]["torch"]["tag"] = "latest"
     broken = tmp_path / "lock.yaml"
     broken.write_text(yaml.safe_dump(data))

@@ -4,10 +4,9 @@ intended (HA, PDBs, enforcement, registry, labels, GPU runtimes, mirror)."""
 
 from __future__ import annotations
 
-import yaml
-
 from conftest import ROOT
 from gitops_support import ENVIRONMENTS
+from trainstack import yamlio
 
 HA_ENVS = {"staging", "prod"}
 
@@ -19,7 +18,7 @@ def test_environments_are_the_overlay_folders():
 
 
 def values_of(path: str) -> dict:
-    return yaml.safe_load((ROOT / "overlays" / path).read_text()) or {}
+    return yamlio.load((ROOT / "overlays" / path).read_text()) or {}
 
 
 def leaves(values: dict, prefix: tuple = ()) -> dict[tuple, object]:
@@ -46,7 +45,7 @@ def test_env_values_files_are_the_kustomizations_list_and_shared_settings_live_o
         assert render.values_files(env) == ([shared, own] if env in HA_ENVS else [own]), env
         if env in HA_ENVS:  # the copy is the shared file, byte for byte, under its generated header
             assert shared.read_text().endswith(source.read_text()) and shared.read_text().startswith("# Generated")
-        chart = yaml.safe_load((ROOT / "overlays" / env / "kustomization.yaml").read_text())["helmCharts"][0]
+        chart = yamlio.load((ROOT / "overlays" / env / "kustomization.yaml").read_text())["helmCharts"][0]
         assert [chart["valuesFile"], *chart.get("additionalValuesFiles", [])][-1] == "values.yaml", env
     common = leaves(values_of("shared/production.yaml"))
     for env in HA_ENVS:

@@ -17,10 +17,10 @@ import sys
 from importlib import metadata
 
 import pytest
-import yaml
 
 from conftest import ROOT
 from pipeline_support import PIPELINES, tp
+from trainstack import yamlio
 
 TRAIN_STEP = "run-trainjob"
 
@@ -33,7 +33,7 @@ def ir(tmp_path_factory) -> dict:
     result = subprocess.run([sys.executable, str(PIPELINES / "train_pipeline.py"), "compile", "-o", str(path)],
                             capture_output=True, text=True, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
-    docs = list(yaml.safe_load_all(path.read_text()))  # the whole file, header comment included, is YAML
+    docs = list(yamlio.load_all(path.read_text()))  # the whole file, header comment included, is YAML
     assert len(docs) == 1
     return docs[0]
 

@@ -37,11 +37,10 @@ def test_every_release_tag_publishes_the_signed_chart_to_the_repository_the_envi
     """.github/workflows/release.yaml: a pushed tag vX.Y.Z checks the tree is that release, then runs
     `trainstack chart publish --sign` with no --registry, so the chart lands in releases.yaml's
     chartRepository, the one every overlays/<env>/kustomization.yaml names (make generate writes it)."""
-    import yaml
-
     from conftest import ROOT
+    from trainstack import yamlio
 
-    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "release.yaml").read_text())
+    workflow = yamlio.load((ROOT / ".github" / "workflows" / "release.yaml").read_text())
     assert workflow[True]["push"]["tags"] == ["v*.*.*"]  # YAML 1.1 reads the key `on` as true
     script = "\n".join(str(s.get("run", "")) for s in workflow["jobs"]["publish"]["steps"])
     publish = [line for line in script.splitlines() if "trainstack chart publish" in line]

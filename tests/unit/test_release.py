@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, assert_one_line_error, run_cli
-from trainstack import release
+from trainstack import release, yamlio
 from trainstack.errors import UserError
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid", "GIT_COMMITTER_NAME": "t",
@@ -84,7 +84,7 @@ def test_chart_change_without_version_bump_fails(repo: Path, edit: str) -> None:
     elif edit == "policy":
         (repo / "policies/tag.yaml").write_text("kind: ValidatingAdmissionPolicy\nspec: {}\n")
     elif edit == "lock-image":
-        lock = yaml.safe_load((repo / "trainstack.lock.yaml").read_text())
+        lock = yamlio.load((repo / "trainstack.lock.yaml").read_text())
         lock["images"]["torch"]["tag"] = "2.14.0"
         (repo / "trainstack.lock.yaml").write_text(yaml.safe_dump(lock))
     elif edit == "new-file":
@@ -105,7 +105,7 @@ def test_chart_change_without_version_bump_fails(repo: Path, edit: str) -> None:
 
 
 def test_lock_change_outside_chart_sections_does_not_count(repo: Path) -> None:
-    lock = yaml.safe_load((repo / "trainstack.lock.yaml").read_text())
+    lock = yamlio.load((repo / "trainstack.lock.yaml").read_text())
     lock["tools"]["helm"]["version"] = "v4.3.3"
     (repo / "trainstack.lock.yaml").write_text(yaml.safe_dump(lock))
     commit_all(repo, "tool bump")
@@ -119,7 +119,7 @@ def test_version_bump_needs_an_entry_then_a_fresh_changelog(repo: Path) -> None:
     assert result.returncode == 1
     assert "no entry for the next release" in result.stdout and "its version is still" not in result.stdout
 
-    entries = yaml.safe_load((repo / "releases.yaml").read_text())["releases"]
+    entries = yamlio.load((repo / "releases.yaml").read_text())["releases"]
     new = {"version": "0.1.1", "changes": ["Two replicas."], "upgrade": ["Nothing."]}
     (repo / "releases.yaml").write_text(yaml.safe_dump({"schemaVersion": 1, "releases": [new, *entries]}))
     result = check_cli(repo)  # the changelog was not regenerated
@@ -129,14 +129,14 @@ def test_version_bump_needs_an_entry_then_a_fresh_changelog(repo: Path) -> None:
     assert "## 0.1.1 (unreleased)" in (repo / "CHANGELOG.md").read_text()
     result = check_cli(repo, "--output", "json")
     assert result.returncode == 0, result.stdout
-    data = yaml.safe_load(result.stdout)
+    data = yamlio.load(result.stdout)
     assert data["ok"] and data["pending"] == "0.1.1" and "charts/trainstack/values.yaml" in data["changed"]
 
 
 def test_entry_version_must_match_chart_version(repo: Path) -> None:
     (repo / "charts/trainstack/values.yaml").write_text("replicas: 2\n")
     set_chart_version(repo, "0.2.0")
-    entries = yaml.safe_load((repo / "releases.yaml").read_text())["releases"]
+    entries = yamlio.load((repo / "releases.yaml").read_text())["releases"]
     write_releases(repo, [{"version": "0.1.1", "changes": ["x"]}, *entries])
     result = check_cli(repo)
     assert result.returncode == 1 and "the next release is 0.1.1 but" in result.stdout
@@ -145,7 +145,7 @@ def test_entry_version_must_match_chart_version(repo: Path) -> None:
 def test_cut_records_head_and_changelog_names_the_commit(repo: Path) -> None:
     (repo / "charts/trainstack/values.yaml").write_text("replicas: 2\n")
     set_chart_version(repo, "0.2.0")
-    entries = yaml.safe_load((repo / "releases.yaml").read_text())["releases"]
+    entries = yamlio.load((repo / "releases.yaml").read_text())["releases"]
     write_releases(repo, [{"version": "0.2.0", "changes": ["Two replicas."]}, *entries])
     head = commit_all(repo, "0.2.0")
     result = run_cli("release", "cut", env={"TRAINSTACK_ROOT": str(repo)}, cwd=repo, timeout=60)
@@ -160,7 +160,7 @@ def test_cut_records_head_and_changelog_names_the_commit(repo: Path) -> None:
 
 
 def test_cut_refuses_when_the_commit_has_another_version(repo: Path) -> None:
-    entries = yaml.safe_load((repo / "releases.yaml").read_text())["releases"]
+    entries = yamlio.load((repo / "releases.yaml").read_text())["releases"]
     write_releases(repo, [{"version": "0.2.0", "changes": ["x"]}, *entries])
     commit_all(repo, "entry only")
     result = run_cli("release", "cut", env={"TRAINSTACK_ROOT": str(repo)}, cwd=repo, timeout=60)

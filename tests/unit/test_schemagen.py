@@ -7,10 +7,9 @@ import shutil
 
 import jsonschema
 import pytest
-import yaml
 
 from conftest import ROOT, assert_one_line_error, run_cli
-from trainstack import schemagen
+from trainstack import schemagen, yamlio
 from trainstack.errors import UserError
 
 CHART = ROOT / "charts" / "trainstack"
@@ -42,7 +41,7 @@ def test_chart_defaults_pass_the_schema():
     """(helm checks every environment's values against it in the render tests)"""
     schema = json.loads((CHART / "values.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    jsonschema.Draft202012Validator(schema).validate(yaml.safe_load(VALUES))
+    jsonschema.Draft202012Validator(schema).validate(yamlio.load(VALUES))
 
 
 def test_stale_schema_fails_docs_check_naming_the_file(tmp_path):

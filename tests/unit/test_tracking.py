@@ -7,9 +7,8 @@ import sys
 import zipfile
 
 import pytest
-import yaml
 
-from trainstack import images, trainenv
+from trainstack import images, trainenv, yamlio
 from trainstack.e2e import tracking
 from trainstack.e2e.base import SMOKE_NS
 from trainstack.e2e.providers import local as localprov
@@ -60,11 +59,11 @@ def test_every_training_image_carries_the_client_in_its_one_install(lock, name, 
 
 
 def test_e2e_values_turn_tracking_on_for_both_namespaces_on_the_clusters_storage(lock, tmp_path, torch_wheel):
-    values = yaml.safe_load(localprov.mirror_values(lock, tmp_path / "v.yaml", tracking=True).read_text())
+    values = yamlio.load(localprov.mirror_values(lock, tmp_path / "v.yaml", tracking=True).read_text())
     assert values["tracking"]["enabled"] is True
     assert values["tracking"]["namespaces"] == [SMOKE_NS, tracking.OTHER_NS]
     assert values["tracking"]["storage"]["storageClassName"]
-    assert "tracking" not in yaml.safe_load(localprov.mirror_values(lock, tmp_path / "w.yaml").read_text())
+    assert "tracking" not in yamlio.load(localprov.mirror_values(lock, tmp_path / "w.yaml").read_text())
 
 
 def test_a_kwok_only_cluster_never_runs_the_server(tmp_path):

@@ -11,13 +11,13 @@ import pytest
 import yaml
 
 from conftest import ROOT, run_cli
-from trainstack import __version__, release
+from trainstack import __version__, release, yamlio
 from trainstack.errors import UserError
 from trainstack.validate import report
 
 
 def test_version_is_the_chart_and_the_newest_release() -> None:
-    chart = yaml.safe_load((ROOT / "charts/trainstack/Chart.yaml").read_text())["version"]
+    chart = yamlio.load((ROOT / "charts/trainstack/Chart.yaml").read_text())["version"]
     newest = release.load(ROOT / "releases.yaml")[0].version
     result = run_cli("--version", timeout=60)
     assert result.returncode == 0, result.stderr

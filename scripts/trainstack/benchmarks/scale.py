@@ -37,7 +37,7 @@ from typing import Any
 import yaml
 
 from .. import lock as lockmod
-from .. import paths, progress
+from .. import paths, progress, yamlio
 from .. import render as rendermod
 from ..cluster.kwok import RUN_TIME_ANNOTATION
 from ..e2e import suite as suitemod
@@ -71,7 +71,7 @@ def tuned_values(path: Path, tuned: str) -> Path | None:
     """The controller settings of a values file (client QPS/burst, concurrency) alone, as a values
     file: what `--tuned` adds to the run so the rest of the environment stays as benchmarked."""
     source = tuned_source(tuned)
-    data = rendermod.env_values(tuned) if source.is_dir() else yaml.safe_load(source.read_text())
+    data = rendermod.env_values(tuned) if source.is_dir() else yamlio.load(source.read_text())
     trainer = ((data or {}).get("kubeflow-trainer") or {}).get("manager", {}).get("config") or {}
     jobset = ((data or {}).get("jobset") or {}).get("controller", {}).get("clientConnection")
     values: dict[str, Any] = {}

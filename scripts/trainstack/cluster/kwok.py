@@ -14,9 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from .. import chartpack, paths, tools
+from .. import chartpack, paths, tools, yamlio
 from .. import lock as lockmod
 from ..errors import UserError
 
@@ -121,7 +119,7 @@ def stage_documents(lock: lockmod.Lock, host_namespaces: tuple[str, ...] = ()) -
         stages = []
         with zipfile.ZipFile(zip_path) as archive:
             for rel in STAGE_FILES:
-                stages.append(yaml.safe_load(archive.read(prefix + rel)))
+                stages.append(yamlio.load(archive.read(prefix + rel)))
         cache.parent.mkdir(parents=True, exist_ok=True)
         cache.write_text(json.dumps(stages))
     out = []

@@ -30,7 +30,7 @@ from typing import Any, Self
 
 import yaml
 
-from .. import images, kubeapi, paths, proc, progress, tools
+from .. import images, kubeapi, paths, proc, progress, tools, yamlio
 from .. import lock as lockmod
 from ..errors import UserError, output_line
 from . import addons, imagestore, netpol
@@ -122,7 +122,7 @@ class LocalCluster:
         return base64.b64encode(self.ca_cert.read_bytes()).decode()
 
     def server(self) -> str:
-        config = yaml.safe_load(self.kubeconfig.read_text())
+        config = yamlio.load(self.kubeconfig.read_text())
         return config["clusters"][0]["cluster"]["server"]
 
     def ports(self) -> dict[str, int]:

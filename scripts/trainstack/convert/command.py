@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-from .. import progress
+from .. import progress, yamlio
 from ..errors import UserError
 from . import v1
 
@@ -49,7 +49,7 @@ def _files(args: list[str]) -> list[tuple[str, str]]:
 def _documents(source: str, text: str) -> list[tuple[int, dict[str, Any]]]:
     """(document number from 1, mapping) per document; `kind: List` is unpacked."""
     try:
-        docs = list(yaml.safe_load_all(text))
+        docs = list(yamlio.load_all(text))
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""

@@ -323,7 +323,7 @@ class GitOpsSuite(GitOpsHarness):
 
         def edit(work: Path) -> None:
             values = work / "overlays" / self.env / "values.yaml"
-            data = yaml.safe_load(values.read_text()) or {}
+            data = yamlio.load(values.read_text()) or {}
             node = data
             for key in VALUE_KEY[:-1]:
                 node = node.setdefault(key, {})
@@ -359,7 +359,7 @@ class GitOpsSuite(GitOpsHarness):
         left = len(self.deployments())
         if not left:
             raise SuiteFailure("removing the cluster's label deleted the platform's Deployments")
-        appset = next(d for d in yaml.safe_load_all(helm.run(["build", str(self.git.work / "overlays" / "argocd")],
+        appset = next(d for d in yamlio.load_all(helm.run(["build", str(self.git.work / "overlays" / "argocd")],
                                                              lock=self.lock, binary="kustomize").stdout)
                       if isinstance(d, dict) and d.get("kind") == "ApplicationSet")
         spec = copy.deepcopy(appset["spec"]["template"]["spec"])

@@ -161,16 +161,16 @@ class GitOpsHarness:
         commit = self.git.snapshot(paths.repo_root())
         # An air-gapped user's commit: the environment's values use the cluster's image mirror, and the
         # AppProject names this repository (overlays/argocd/appproject.yaml says: change it there only).
-        mirror = yaml.safe_load(self.suite.extra_values[0].read_text()) if self.suite.extra_values else {}
+        mirror = yamlio.load(self.suite.extra_values[0].read_text()) if self.suite.extra_values else {}
 
         def edit(work: Path) -> None:
             values = work / "overlays" / self.env / "values.yaml"
-            merged = merge(yaml.safe_load(values.read_text()) or {}, mirror)
+            merged = merge(yamlio.load(values.read_text()) or {}, mirror)
             values.write_text(f"# {self.env}, on the local cluster: images from its mirror\n"
                               + yaml.safe_dump(merged, sort_keys=False))
             project = work / "overlays" / "argocd" / "appproject.yaml"
             text = project.read_text()
-            old = yaml.safe_load(text)["spec"]["sourceRepos"][0]
+            old = yamlio.load(text)["spec"]["sourceRepos"][0]
             project.write_text(text.replace(old, GIT_URL))
             # what an air-gapped user writes once (releases.yaml's chartRepository) and `make generate` carries
             # into every environment's kustomization: the chart comes from their registry
@@ -246,7 +246,7 @@ class GitOpsHarness:
         return self.argocd.start()
 
     def cluster_secret(self) -> dict[str, Any]:
-        config = yaml.safe_load(self.kube.kubeconfig.read_text())
+        config = yamlio.load(self.kube.kubeconfig.read_text())
         user = config["users"][0]["user"]
 
         def data(field: str) -> str:
@@ -270,7 +270,7 @@ class GitOpsHarness:
                              "labels": {"argocd.argoproj.io/secret-type": "repository"}},
                 "stringData": {"type": "git", "url": GIT_URL}}
         self.apply([self.cluster_secret(), repo])
-        objects = [d for d in yaml.safe_load_all(helm.run(["build", str(self.git.work / "overlays" / "argocd")],
+        objects = [d for d in yamlio.load_all(helm.run(["build", str(self.git.work / "overlays" / "argocd")],
                                                           lock=self.lock, binary="kustomize").stdout)
                    if isinstance(d, dict)]
         self.apply(objects)

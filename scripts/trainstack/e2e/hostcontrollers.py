@@ -28,7 +28,7 @@ from typing import Any
 
 import yaml
 
-from .. import kubeapi, proc, tools
+from .. import kubeapi, proc, tools, yamlio
 from ..api import TRAINER_GROUP
 from ..cluster.local import LocalCluster, free_port, pid_alive, port_is_free, stop_pids
 from ..errors import UserError
@@ -167,7 +167,7 @@ def _config_from_configmap(
                     f"ConfigMap {volume['configMap']['name']} has no key {key} "
                     f"(Deployment {deploy['metadata']['name']} reads --config={config_path})"
                 )
-            return yaml.safe_load(text) or {}, rest
+            return yamlio.load(text) or {}, rest
     raise UserError(f"Deployment {deploy['metadata']['name']}: --config={config_path} is not a mounted ConfigMap")
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 import yaml
 
-from .. import api, kubeapi, paths, quantity
+from .. import api, kubeapi, paths, quantity, yamlio
 from ..cluster import node as nodemod
 from ..cluster.local import FAIL_LABEL
 from ..errors import UserError
@@ -90,8 +90,8 @@ def teams_values(run_dir: Path, mirror: str | None = None, kueue_repository: str
 
 def kueue_config() -> str:
     """The chart's Kueue configuration with waitForPodsReady's timeout shortened to PODS_READY_TIMEOUT."""
-    values = yaml.safe_load((paths.chart_dir() / "values.yaml").read_text())
-    config = yaml.safe_load(values["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
+    values = yamlio.load((paths.chart_dir() / "values.yaml").read_text())
+    config = yamlio.load(values["kueue"]["managerConfig"]["controllerManagerConfigYaml"])
     config["waitForPodsReady"]["timeout"] = PODS_READY_TIMEOUT
     return yaml.safe_dump(config, sort_keys=False)
 

@@ -39,7 +39,7 @@ from typing import Any
 
 import yaml
 
-from .. import helm, kubeapi, paths, proc, progress, tools
+from .. import helm, kubeapi, paths, proc, progress, tools, yamlio
 from .. import lock as lockmod
 from .. import render as rendermod
 from ..api import TRAINER_API
@@ -157,7 +157,7 @@ class UpgradeTest:
     def job_labels(self) -> dict[str, str]:
         """Labels the new chart's bound policies require on TrainJobs (as the smoke suite sets them)."""
         if self.labels is None:
-            objects = [d for d in yaml.safe_load_all(helm.run(
+            objects = [d for d in yamlio.load_all(helm.run(
                 helm.template_args(paths.chart_dir(), *self.values(self.root)), lock=self.lock).stdout)
                 if isinstance(d, dict)]
             self.labels = required_labels(objects)

@@ -18,9 +18,7 @@ import re
 import sys
 from pathlib import Path
 
-import yaml
-
-from .. import paths
+from .. import paths, yamlio
 
 REVIEW_FILE = "docs/guardrails-review.yaml"
 DOC_FILE = "docs/guardrails.md"
@@ -77,7 +75,7 @@ def fields_of(crd: dict) -> set[str]:
 
 
 def load_review(root: Path | None = None) -> dict[str, dict]:
-    data = yaml.safe_load(((root or paths.repo_root()) / REVIEW_FILE).read_text())
+    data = yamlio.load(((root or paths.repo_root()) / REVIEW_FILE).read_text())
     return {k: v for k, v in (data.get("fields") or {}).items()}
 
 
@@ -129,7 +127,7 @@ def rule_files(root: Path | None = None) -> dict[str, str]:
     """rule key -> its policy file name (the examples have the same name)."""
     out = {}
     for path in sorted(paths.policies_dir(root).glob("*.yaml")):
-        doc = yaml.safe_load(path.read_text())
+        doc = yamlio.load(path.read_text())
         if isinstance(doc, dict) and doc.get("kind") == "ValidatingAdmissionPolicy":
             out[doc["metadata"]["annotations"]["trainstack.io/rule"]] = path.name
     return out
