@@ -6,10 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from . import lock as lockmod
-from . import proc, tools
+from . import proc, tools, yamlio
 from .errors import UserError, output_line
 
 
@@ -46,4 +44,4 @@ class Kubectl:
 
     def apply(self, objects: list[dict[str, Any]], server_side: bool = False) -> None:
         extra = ["--server-side", "--field-manager=trainstack"] if server_side else []
-        self.kubectl("apply", *extra, "-f", "-", input_text=yaml.safe_dump_all(objects, sort_keys=False))
+        self.kubectl("apply", *extra, "-f", "-", input_text=yamlio.dump_all(objects, sort_keys=False))

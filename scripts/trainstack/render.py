@@ -234,7 +234,7 @@ def crd_documents(chart_dir: Path) -> list[dict[str, Any]]:
 
 
 def to_stream(objects: list[dict]) -> str:
-    return "".join("---\n" + yaml.safe_dump(o, sort_keys=True, default_flow_style=False) for o in objects)
+    return "".join("---\n" + yamlio.dump(o) for o in objects)
 
 
 def file_name(obj: dict) -> str:
@@ -261,6 +261,6 @@ def write_dir(objects: list[dict], out: Path) -> list[Path]:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.exists():
             raise UserError(f"two rendered objects map to {path}")
-        path.write_text(yaml.safe_dump(obj, sort_keys=True))
+        path.write_text(yamlio.dump(obj))
         written.append(path)
     return written

@@ -5,12 +5,13 @@ lock through the mirror, and what it checks is what each environment's platform 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import ROOT, by_kind, docs_of
-from gitops_support import ENVIRONMENTS
+from conftest import ROOT, by_kind, docs_of, rendered_file
+from gitops_support import ENVIRONMENTS, rendered
 
 pytestmark = pytest.mark.slow
 
@@ -75,18 +76,20 @@ def test_what_the_hook_expects_is_what_the_environments_policies_do(env, chart_r
     from trainstack.validate import command as validate
 
     spec = spec_of(docs_of(hook(*render.value_args(env)).stdout))
-    runtimes = {d["metadata"]["name"] for d in render.render_objects(env) if d["kind"] == "ClusterTrainingRuntime"}
+    runtimes = {d["metadata"]["name"] for d in rendered(env) if d["kind"] == "ClusterTrainingRuntime"}
     assert set(spec["runtimes"]) == runtimes
     assert spec["admitted"]["spec"]["runtimeRef"]["name"] in runtimes
-    for key in ("admitted", "refused"):
-        (tmp_path / f"{key}.yaml").write_text(yaml.safe_dump(spec[key]))
-    code, out = validate.run([str(tmp_path / "admitted.yaml"), "--env", env, "--policies", "--output", "json"])
-    report = json.loads(out)
-    assert code == 0 and report["summary"]["errors"] == 0, report["findings"]
+    files = {key: str(tmp_path / f"{key}.yaml") for key in ("admitted", "refused")}
+    for key, path in files.items():
+        Path(path).write_text(yaml.safe_dump(spec[key]))
+    # the environment's render (as `validate --env ENV` renders it) and the two TrainJobs, judged in one run
+    code, out = validate.run([str(rendered_file(env)), *files.values(), "--policies", "--output", "json"])
+    findings = json.loads(out)["findings"]
+    errors = {key: [f for f in findings if f["file"] == path and f["severity"] == "error"] for key, path in files.items()}
+    assert errors["admitted"] == [], errors["admitted"]
     assert spec["deny"] is True and spec["refusedBy"] == "trainstack-image-tag"
-    code, out = validate.run([str(tmp_path / "refused.yaml"), "--env", env, "--policies", "--output", "json"])
-    report = json.loads(out)
-    assert code != 0 and "trainstack-image-tag" in json.dumps(report["findings"]), report["findings"]
+    assert code != 0 and "trainstack-image-tag" in json.dumps(errors["refused"]), errors["refused"]
+    assert not [f for f in findings if f["file"] not in files.values() and f["severity"] == "error"], code
 
 
 def test_a_rule_that_only_warns_is_expected_to_warn_and_one_that_is_off_is_not_checked(chart_ready):
