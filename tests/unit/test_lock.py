@@ -126,3 +126,14 @@ def test_floating_tag_in_lock_is_reported(tmp_path):
     result = run_cli("lock", "check", env={"TRAINSTACK_LOCK": str(broken)})
     assert result.returncode == 1
     assert "images.torch.tag 'latest' floats" in result.stdout
+
+
+def test_the_makefile_installs_the_venv_with_the_locks_exact_uv(lock):
+    """`make venv` reads the uv version from the lock's python.uv line: the same exact version."""
+    import subprocess
+
+    pinned = lock.get("python")["uv"]
+    assert re.fullmatch(r"\d+\.\d+\.\d+", pinned), pinned
+    made = subprocess.run(["make", "-s", "--no-print-directory", "--eval", "print-uv: ; @echo $(UV_VERSION)",
+                           "print-uv"], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert made.returncode == 0 and made.stdout.strip() == pinned, made
