@@ -25,8 +25,9 @@ TIER_ARGS_integration := -n 2 --dist loadfile
 help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
-# The venv's packages are installed by uv (the lock's python.uv, pinned; its cache is ~/.cache/uv): about
-# 8 s on a fresh clone here where pip took about 60. pip stays in the venv for `trainstack smoke install`.
+# The venv's packages are installed by uv (the lock's python.uv, pinned; its cache is ~/.cache/uv), compiled
+# to bytecode at install as pip does (else every tier's first processes compile the same modules at once):
+# about 15 s on a fresh clone here where pip took about 60. pip stays in the venv for `trainstack smoke install`.
 UV_VERSION := $(shell sed -n 's/^  uv: "\(.*\)"$$/\1/p' trainstack.lock.yaml)
 
 # _version.py: the package's metadata carries the version (pyproject's dynamic version), so a new release reinstalls.
@@ -34,7 +35,7 @@ $(STAMP): pyproject.toml scripts/trainstack/_version.py trainstack.lock.yaml
 	@test -n "$(UV_VERSION)" || { echo "error: trainstack.lock.yaml: python.uv (the pinned uv version) is missing" >&2; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python -e '.[test]'
+	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(VENV)/bin/python -e '.[test]'
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv with the trainstack package
