@@ -36,7 +36,10 @@ def _cmd_tools(args: argparse.Namespace) -> int:
     if args.tier and args.tier not in known:
         raise UsageError(f"--tier {args.tier}: no such tier (tiers: {', '.join(known)})",
                          "see trainstack.lock.yaml, tools.*.tier")
-    installed = tools.install(args.names or None, include_optional=not args.skip_optional, tier=args.tier)
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs {args.jobs}: give 1 or more", "see 'trainstack tools install --help'")
+    installed = tools.install(args.names or None, include_optional=not args.skip_optional, tier=args.tier,
+                              jobs=args.jobs or tools.BUILD_JOBS)
     if all(action == "up to date" for _, _, action, _ in installed):
         progress.info(f"all {len(installed)} pinned tools are up to date; nothing to do")
     progress.table("trainstack tools install", ["tool", "version", "action", "seconds"],
@@ -138,6 +141,8 @@ def build_parser() -> argparse.ArgumentParser:
     install_p.add_argument("--skip-optional", action="store_true", help="skip the upstream controllers (e2e only)")
     install_p.add_argument("--tier", help="only the tools of this setup tier: chart (helm, kustomize: render, validate, docs), "
                            "bench (kubectl-validate) or gitops (Argo CD)")
+    install_p.add_argument("--jobs", type=int, metavar="N",
+                           help="build up to N tools at once (default 2; 1: one after another)")
     list_p = tools_sub.add_parser("list", help="tool, pinned version, path, status")
     list_p.add_argument("--output", choices=["text", "json"], default="text")
     tools_p.set_defaults(func=_cmd_tools)

@@ -14,11 +14,14 @@ from conftest import run_cli
 @pytest.mark.slow
 def test_install_twice_does_no_work_the_second_time(tmp_path):
     env = {"TRAINSTACK_CACHE": str(tmp_path / "cache")}
-    first = run_cli("tools", "install", "kubeconform", env=env)
+    # two tools, built side by side (tools.BUILD_JOBS)
+    first = run_cli("tools", "install", "kubeconform", "crane", env=env)
     assert first.returncode == 0, first.stderr
-    assert "built" in first.stderr
+    assert first.stderr.count("  done: building ") == 2, first.stderr
     binary = tmp_path / "cache/tools/kubeconform/v0.8.0/bin/kubeconform"
-    assert binary.is_file()
+    assert binary.is_file() and (tmp_path / "cache/tools/crane").is_dir()
+    assert [r["status"] for r in json.loads(run_cli("tools", "list", "--output", "json", env=env).stdout)
+            if r["binary"] in ("kubeconform", "crane")] == ["installed", "installed"]
     mtime = binary.stat().st_mtime_ns
     second = run_cli("tools", "install", "kubeconform", env=env)
     assert second.returncode == 0, second.stderr

@@ -69,6 +69,12 @@ def test_an_unknown_tier_is_one_line():
     assert_one_line_error(run_cli("tools", "install", "--tier", "nope"), "--tier nope: no such tier (tiers: bench, chart, gitops)")
 
 
+def test_builds_at_once_must_be_one_or_more():
+    result = run_cli("tools", "install", "--jobs", "0")
+    assert_one_line_error(result, "--jobs 0: give 1 or more")
+    assert result.returncode == 2
+
+
 # -- tools built as their releases are (the link-time settings of each upstream release build) --
 
 
