@@ -27,7 +27,9 @@ help: ## list the targets
 
 # The venv's packages are installed by uv (the lock's python.uv, pinned; its cache is ~/.cache/uv), compiled
 # to bytecode at install as pip does (else every tier's first processes compile the same modules at once):
-# about 15 s on a fresh clone here where pip took about 60. pip stays in the venv for `trainstack smoke install`.
+# about 15 s on a fresh clone here where pip took about 60. pip stays in the venv for the wheel downloads of
+# `trainstack smoke install` (which installs with this uv too). The package itself (editable) is compiled here as
+# well: where PYTHONDONTWRITEBYTECODE is set nothing else writes its bytecode, and every process would compile it.
 UV_VERSION := $(shell sed -n 's/^  uv: "\(.*\)"$$/\1/p' trainstack.lock.yaml)
 
 # _version.py: the package's metadata carries the version (pyproject's dynamic version), so a new release reinstalls.
@@ -36,6 +38,7 @@ $(STAMP): pyproject.toml scripts/trainstack/_version.py trainstack.lock.yaml
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 	$(VENV)/bin/uv pip install --quiet --compile-bytecode --python $(VENV)/bin/python -e '.[test]'
+	$(VENV)/bin/python -m compileall -q -j 0 scripts/trainstack
 	touch $(STAMP)
 
 venv: $(STAMP) ## create .venv with the trainstack package
