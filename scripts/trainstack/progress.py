@@ -22,10 +22,11 @@ def info(message: str) -> None:
 
 
 @contextlib.contextmanager
-def step(message: str) -> Iterator[None]:
-    """Show `message` with a spinner while the body runs, then its elapsed time."""
+def step(message: str, spinner: bool = True) -> Iterator[None]:
+    """Show `message` with a spinner while the body runs, then its elapsed time. Without SPINNER (steps that run
+    side by side: a terminal shows one spinner at a time) a line when it starts, as on a log."""
     start = time.monotonic()
-    if console.is_terminal:
+    if console.is_terminal and spinner:
         with console.status(message):
             yield
     else:

@@ -139,8 +139,10 @@ def _cached_wheel(package: str, specifier: str) -> Path | None:
 
 # ---- pip ------------------------------------------------------------------------------------------
 
-def _pip(*args: str) -> proc.CompletedProcess:
-    return proc.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args], check=False)
+def _pip(*args: str, python: str | None = None) -> proc.CompletedProcess:
+    """pip ARGS with PYTHON (default: this interpreter)."""
+    return proc.run([python or sys.executable, "-m", "pip", "--disable-pip-version-check", *args], check=False,
+                    what="pip")
 
 
 def _last_line(result: proc.CompletedProcess) -> str:
@@ -187,8 +189,8 @@ def _install_offline(*requirements: str, no_deps: bool = False, python: str | No
         return proc.run([str(uv), "pip", "install", "--python", python or sys.executable, "--no-index",
                          "--find-links", str(wheel_dir()), "--quiet", "--compile-bytecode", *deps, *requirements],
                         check=False, what="uv pip install")
-    return proc.run([python or sys.executable, "-m", "pip", "--disable-pip-version-check", "install", "--no-index",
-                     "--find-links", str(wheel_dir()), "--quiet", *deps, *requirements], check=False, what="pip install")
+    return _pip("install", "--no-index", "--find-links", str(wheel_dir()), "--quiet", *deps, *requirements,
+                python=python)
 
 
 def _cached_install(*requirements: str, no_deps: bool = False) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -80,8 +81,6 @@ def test_install_is_a_no_op_when_everything_is_there(torch_ready):
         assert any(package in ln and "up to date" in ln for ln in result.stderr.splitlines()), result.stderr
     # installed with its bytecode (the venv's uv, --compile-bytecode): where PYTHONDONTWRITEBYTECODE is set, a
     # process would otherwise compile what it imports again (`import torch`: 3.3 CPU-s, not 2.1)
-    import importlib.util
-
     torch_dir = Path(importlib.util.find_spec("torch").origin).parent
     assert list((torch_dir / "__pycache__").glob("__init__.cpython-*.pyc")), torch_dir
 
