@@ -50,7 +50,7 @@ def run_in_image(root, command: str) -> subprocess.CompletedProcess:
     ("xgboost-cpu", "train_xgboost.py", "--rounds 10", "torch"),
     ("mlx-cpu", "train_mlx.py", "--steps 30", "torch"),
 ])
-def test_framework_image_has_a_command_and_trains(builder, tmp_path, name, script, args, absent):
+def test_framework_image_has_a_command_and_trains(builder, export, name, script, args, absent):
     lock = builder.lock
     built = builder.ensure(name)
     print(f"{name}: {built.action} in {built.seconds:.1f}s, {built.size / 1e6:.1f} MB compressed")
@@ -63,7 +63,7 @@ def test_framework_image_has_a_command_and_trains(builder, tmp_path, name, scrip
     assert len(layers) == 2 and {layer["mediaType"] for layer in layers} == {imagelayers.ZSTD_MEDIA_TYPE}
     assert builder.ensure(name).action == "up to date"
 
-    root = export(builder, built.reference, tmp_path)
+    root = export(built.reference)
     for file in (script, "trainstack_tracking.py"):  # the script and its tracking helper, as the SDK ships them
         shutil.copy(ROOT / "examples" / file, root / "workspace" / file)
     result = run_in_image(root, f"python {script} {args}")
@@ -79,24 +79,35 @@ def test_framework_image_has_a_command_and_trains(builder, tmp_path, name, scrip
     assert client.returncode == 0 and client.stdout.strip() == pinned.split("==")[1], client.stderr[-1000:]
 
 
-def export(builder, reference: str, tmp_path):
-    root = tmp_path / "root"
-    root.mkdir()
-    exported = builder.crane_run("export", reference, str(tmp_path / "fs.tar"), timeout=600)
-    assert exported.returncode == 0, exported.stderr
-    subprocess.run(["tar", "-xf", str(tmp_path / "fs.tar"), "-C", str(root)], check=True)
-    (tmp_path / "fs.tar").unlink()
-    return root
+@pytest.fixture(scope="module")
+def export(builder, tmp_path_factory):
+    """An image's root filesystem, unpacked once per module (mlx-cpu's serves two tests; unpacking an image
+    takes several CPU-seconds)."""
+    roots: dict[str, object] = {}
+
+    def unpacked(reference: str):
+        if reference not in roots:
+            work = tmp_path_factory.mktemp("image")
+            root = work / "root"
+            root.mkdir()
+            exported = builder.crane_run("export", reference, str(work / "fs.tar"), timeout=600)
+            assert exported.returncode == 0, exported.stderr
+            subprocess.run(["tar", "-xf", str(work / "fs.tar"), "-C", str(root)], check=True)
+            (work / "fs.tar").unlink()
+            roots[reference] = root
+        return roots[reference]
+
+    return unpacked
 
 
-def test_the_tracking_server_image_serves_mlflow_with_its_auth_app_postgres_driver_and_exporter(builder, tmp_path):
+def test_the_tracking_server_image_serves_mlflow_with_its_auth_app_postgres_driver_and_exporter(builder, export):
     lock = builder.lock
     built = builder.ensure("mlflow")
     print(f"mlflow: {built.action} in {built.seconds:.1f}s, {built.size / 1e6:.1f} MB compressed")
     assert built.reference == images.reference("mlflow", lock)
     config = json.loads(builder.crane_ok("config", built.reference))["config"]
     assert config["Cmd"] == ["python3", "-m", "mlflow"] and config["User"] == "1000:1000"
-    root = export(builder, built.reference, tmp_path)
+    root = export(built.reference)
     # create_engine loads the driver SQLAlchemy picks for a plain postgresql:// URI (docs/tracking.md's form;
     # SQLAlchemy 2.1 picks psycopg 3), without connecting; the exporter `--expose-prometheus` loads, and the
     # multiprocess collector the metrics sidecar serves
@@ -110,13 +121,13 @@ def test_the_tracking_server_image_serves_mlflow_with_its_auth_app_postgres_driv
         result.stderr[-2000:]
 
 
-def test_the_mlx_image_runs_two_ranks_under_its_mpirun_and_is_set_up_for_trainers_mpi_plugin(builder, tmp_path):
+def test_the_mlx_image_runs_two_ranks_under_its_mpirun_and_is_set_up_for_trainers_mpi_plugin(builder, export):
     """mlx-cpu's root filesystem: mpirun (OpenMPI) starts two ranks of examples/train_mlx.py as user 1000 in a
     network namespace of their own (loopback only), MLX joins them in one MPI group through the libmpi.so link,
     and they end with the same weights; the node pods' sshd config and the launcher's ssh config are where the
     runtime's command and Trainer's MPI plugin expect them, for the user the runtimes run as; no host key."""
     built = builder.ensure("mlx-cpu")
-    root = export(builder, built.reference, tmp_path)
+    root = export(built.reference)
     for file in ("train_mlx.py", "trainstack_tracking.py"):
         shutil.copy(ROOT / "examples" / file, root / "workspace" / file)
     inner = (f"chroot --userspec=1000:1000 {root} /usr/bin/env -i PATH=/usr/local/bin:/usr/bin:/bin HOME=/tmp "

@@ -9,6 +9,8 @@
 - then, after those TrainJobs called the admission webhooks, the controllers' real /metrics are
   scraped through the chart's metrics Services, the way Prometheus reaches them, with the chart's
   scraper token: every metric name the shipped alerts and dashboard use is served;
+- the tracking server on your own PostgreSQL, then back on its SQLite file: across those upgrades (each a new
+  server pod) the pipeline's run and model version are kept;
 - the chart's `helm test` passes with helm v4, then with helm v3 after a `helm3 upgrade`.
 """
 
@@ -38,6 +40,7 @@ REAL_NODE_GROUP = 2  # real nodes on clusters of its own, beside the first group
 
 KUBECONFIG_ENV = "TRAINSTACK_PIPELINE_KUBECONFIG"
 MODEL = "trainstack-pipeline-ddp"  # the registered model the pipeline test makes a version of
+PIPELINE_MODEL: list[dict] = []  # that version, once the pipeline test made it (the database test reads it back)
 USES_CLUSTERS = ("real_platform",)  # `cluster` asks for it by name (tests/clusters.py keeps it up until done)
 
 
@@ -231,8 +234,8 @@ def test_the_pipeline_trains_on_real_pods_and_evaluates_the_real_checkpoint(clus
     [baseline] = score(kubeconfig, tmp_path / "baseline", train_locally(1, tmp_path / "one-step"))
     assert math.isfinite(result["final_loss"]) and result["final_loss"] < baseline["final_loss"], (result, baseline)
     print(json.dumps({"pipeline_seconds": result["seconds"], "final_loss": result["final_loss"]}))
-    if platform is not None:
-        _upgrade_keeps_the_runs(platform, ns, model)
+    if platform is not None:  # the tracking server's database test upgrades the release: the runs must stay
+        PIPELINE_MODEL.append(model)
 
 
 def _upgrade(platform, value: str) -> None:
@@ -268,12 +271,11 @@ def _server_pod(platform) -> dict:
     return pods[0]
 
 
-def _upgrade_keeps_the_runs(platform, ns: str, model: dict) -> None:
-    """A `helm upgrade` that replaces the tracking server's pod (a changed value, Recreate) keeps every run and
-    model version: they live in the database and artifacts on the claim, which the new pod migrates and serves."""
-    before = _server_pod(platform)["metadata"]["uid"]
-    _upgrade(platform, "tracking.syncSeconds=31")
-    assert _server_pod(platform)["metadata"]["uid"] != before, "the upgrade did not replace the tracking server"
+def _the_upgrades_kept_the_runs(platform, ns: str, model: dict, before: str) -> None:
+    """`helm upgrade`s that replaced the tracking server's pod (changed values, Recreate; the pod was BEFORE) kept
+    every run and model version: they live in the database and artifacts on the claim, which the new pod migrates
+    and serves."""
+    assert _server_pod(platform)["metadata"]["uid"] != before, "the upgrades did not replace the tracking server"
     with trackingmod.forwarded(platform.kube, platform.lock) as uri:
         again = trackingmod.read_model_version(uri, MODEL, model["version"], trackingmod.credential(platform.kube, ns),
                                                platform.lock)
@@ -342,6 +344,7 @@ def test_the_tracking_server_runs_on_your_postgresql(cluster, real_platform):
     real node's address (outside the cluster, as a team's database would be)."""
     node = real_platform.provider.cluster.nodes[0]
     ns = PIPELINE_NS
+    before = _server_pod(real_platform)["metadata"]["uid"]
     with postgres_support.running(node.sandbox.netns, node.ip, ("mlflow", "mlflow_auth")) as db:
         secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "tracking-postgres",
                                                                       "namespace": basemod.NAMESPACE},
@@ -373,6 +376,10 @@ def test_the_tracking_server_runs_on_your_postgresql(cluster, real_platform):
         finally:  # back to the SQLite file on the claim before the database goes away
             _upgrade(real_platform, "tracking.existingDatabaseSecret=")
             _kubectl(cluster, "delete", "secret", "tracking-postgres", "-n", basemod.NAMESPACE, check=False)
+    # two upgrades, each a new pod, and back on the SQLite file on the claim: what the pipeline test tracked
+    # there earlier in this module (its run, metrics, checkpoint and model version) is all served again
+    for model in PIPELINE_MODEL:
+        _the_upgrades_kept_the_runs(real_platform, ns, model, before)
 
 
 def test_helm_v3_upgrades_what_helm_v4_installed_and_the_charts_helm_test_passes_with_both(real_platform):

@@ -1,12 +1,13 @@
-"""The e2e tier as three pytest processes side by side, for `make test-e2e` (not a test module).
+"""The e2e tier as four pytest processes side by side, for `make test-e2e` (not a test module).
 
 `python tests/support/e2e_tier.py FOLDER [PYTEST_ARGS...]` runs
 - the real-node group, `pytest -v tests/e2e -m "not beside_real_nodes and not real_nodes_2"`,
 - the second real-node group, `pytest -v tests/e2e -m real_nodes_2`, its lines prefixed with `[real-2] `,
-- beside them, `pytest -v tests/e2e -m beside_real_nodes`, its lines prefixed with `[beside] `,
+- beside them, `pytest -v tests/e2e -m "beside_real_nodes and not beside_2"`, its lines prefixed with
+  `[beside] `, and `pytest -v tests/e2e -m beside_2`, prefixed with `[beside-2] `,
 their output relayed a whole line at a time,
-each with its own JUnit file (FOLDER/e2e.xml, FOLDER/e2e-real2.xml and FOLDER/e2e-beside.xml, which
-tier_times.py adds up), then writes FOLDER/e2e-groups.json (each group's wall seconds and exit status)
+each with its own JUnit file (FOLDER/e2e.xml, FOLDER/e2e-real2.xml, FOLDER/e2e-beside.xml and
+FOLDER/e2e-beside2.xml, which tier_times.py adds up), then writes FOLDER/e2e-groups.json (each group's wall seconds and exit status)
 and exits with the tier's status: 0 when every group passed, 5 when none collected a test
 (PYTEST_ARGS' -k may leave a group empty: that group alone is no failure), else the first failing
 group's status. Which modules run in which group, and why that is safe: tests/e2e/conftest.py.
@@ -29,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # name, -m expression, JUnit file, prefix of its output lines
 GROUPS = (("real-nodes", "not beside_real_nodes and not real_nodes_2", "e2e.xml", ""),
           ("real-nodes-2", "real_nodes_2", "e2e-real2.xml", "[real-2] "),
-          ("beside", "beside_real_nodes", "e2e-beside.xml", "[beside] "))
+          ("beside", "beside_real_nodes and not beside_2", "e2e-beside.xml", "[beside] "),
+          ("beside-2", "beside_2", "e2e-beside2.xml", "[beside-2] "))
 NO_TESTS = 5  # pytest's exit status when it collected nothing
 
 

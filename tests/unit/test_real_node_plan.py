@@ -166,3 +166,18 @@ def test_a_node_directory_too_deep_for_its_sockets_is_one_clear_error(tmp_path, 
     else:
         raise AssertionError("a 150-character socket path was accepted")
     assert not (deep.dir / "containerd").exists()  # refused before anything is written
+
+
+def test_without_the_kubeflow_sdk_the_real_node_steps_say_how_to_install_it(monkeypatch, tmp_path):
+    import sys
+
+    import pytest
+
+    from trainstack.e2e import realnode
+    from trainstack.errors import UserError
+
+    monkeypatch.setitem(sys.modules, "kubeflow", None)  # an import of kubeflow.* now fails as if not installed
+    monkeypatch.delitem(sys.modules, "kubeflow.common.types", raising=False)
+    monkeypatch.delitem(sys.modules, "kubeflow.trainer", raising=False)
+    with pytest.raises(UserError, match="trainstack smoke install"):
+        realnode.client(tmp_path / "kubeconfig")

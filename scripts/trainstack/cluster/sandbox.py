@@ -100,6 +100,12 @@ def controllers() -> list[Path]:
     return out
 
 
+def cgroup_dirs(root: Path) -> list[Path]:
+    """ROOT and every cgroup below it, as they are now: a cgroup that goes away while it is listed (a container
+    ending) is left out rather than failing the walk (os.walk skips what it cannot read); [] without ROOT."""
+    return [Path(top) for top, _dirs, _files in os.walk(root)]
+
+
 @dataclass
 class Sandbox:
     """Namespaces, cgroup root and work dir of one cluster (or, with `parent`, of one further real node
@@ -249,12 +255,19 @@ class Sandbox:
         return proc.start([*self.enter(), *cmd], stdout=sink, stderr=proc.STDOUT,
                           stdin=proc.DEVNULL, env=env, start_new_session=True)
 
-    def _save(self) -> None:
+    def _save(self, kept: bool = False) -> None:
         OWNERS_DIR.mkdir(parents=True, exist_ok=True)
-        (OWNERS_DIR / f"{self.netns}.json").write_text(json.dumps({"owner_pid": os.getpid(),
-                                                                  "workdir": str(self.workdir)}))
+        record: dict[str, Any] = {"owner_pid": os.getpid(), "workdir": str(self.workdir)}
+        if kept:
+            record["kept"] = True
+        (OWNERS_DIR / f"{self.netns}.json").write_text(json.dumps(record))
         self.state_file.write_text(json.dumps({"name": self.name, "netns": self.netns, "holder_pid": self.holder_pid,
                                                "cgroup": self.cgroup, "workdir": str(self.workdir)}))
+
+    def keep(self) -> None:
+        """Outlive this process: a kept cluster's sandbox is no earlier run's leftover (`stale`), so later runs
+        leave it alone; `trainstack e2e down` removes it."""
+        self._save(kept=True)
 
     # -- teardown -----------------------------------------------------------------------------
     def processes(self) -> list[int]:
@@ -270,12 +283,11 @@ class Sandbox:
                 found.add(pid)
         for hierarchy in controllers():
             root = hierarchy / self.cgroup.lstrip("/")
-            if root.is_dir():
-                for procs in root.rglob("cgroup.procs"):
-                    try:
-                        found |= {int(p) for p in procs.read_text().split()}
-                    except OSError:
-                        continue
+            for group in cgroup_dirs(root):
+                try:
+                    found |= {int(p) for p in (group / "cgroup.procs").read_text().split()}
+                except (OSError, ValueError):
+                    continue
         found.discard(os.getpid())
         return sorted(found)
 
@@ -310,9 +322,7 @@ class Sandbox:
         left = []
         for hierarchy in controllers():
             root = hierarchy / self.cgroup.lstrip("/")
-            if not root.is_dir():
-                continue
-            for path in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True) + [root]:
+            for path in sorted(cgroup_dirs(root), key=lambda p: len(p.parts), reverse=True):
                 while True:
                     try:
                         path.rmdir()
@@ -363,8 +373,9 @@ def _kill(pid: int, sig: int) -> None:
         pass
 
 
-def stale() -> list[Sandbox]:
-    """Sandboxes an earlier run left: network namespaces and cgroup roots named trainstack-*."""
+def stale(include_kept: bool = False) -> list[Sandbox]:
+    """Sandboxes an earlier run left: network namespaces and cgroup roots named trainstack-*, whose owner
+    has exited; those of a cluster kept with --keep (`Sandbox.keep`) only with INCLUDE_KEPT."""
     names: set[str] = set()
     if NETNS_DIR.is_dir():
         names |= {p.name for p in NETNS_DIR.iterdir() if p.name.startswith(PREFIX)}
@@ -372,7 +383,7 @@ def stale() -> list[Sandbox]:
         names |= {p.name for p in hierarchy.iterdir() if p.is_dir() and p.name.startswith(PREFIX)}
     out = []
     for netns in sorted(names):
-        if _owner_alive(netns):
+        if _owner_alive(netns) or (owner_record(netns).get("kept") and not include_kept):
             continue
         box = Sandbox(name=netns[len(PREFIX):], workdir=Path("/nonexistent"))
         holder = _find_holder(box)
@@ -414,10 +425,10 @@ def _find_holder(box: Sandbox) -> int | None:
     return None
 
 
-def cleanup_stale() -> list[str]:
-    """Remove what crashed runs left; returns a line per sandbox removed."""
+def cleanup_stale(include_kept: bool = False) -> list[str]:
+    """Remove what crashed runs left (and, with INCLUDE_KEPT, kept clusters' sandboxes); a line per sandbox removed."""
     done = []
-    for box in stale():
+    for box in stale(include_kept):
         left = box.destroy(timeout=15)
         done.append(f"removed sandbox {box.netns}" + (f" (left: {', '.join(left)})" if left else ""))
     return done

@@ -63,8 +63,14 @@ def _sdk_examples():
 
 def client(kubeconfig: Path):
     # the Kubeflow SDK is optional (the `train` extra): only the real node's steps need it
-    from kubeflow.common.types import KubernetesBackendConfig
-    from kubeflow.trainer import TrainerClient
+    try:
+        from kubeflow.common.types import KubernetesBackendConfig
+        from kubeflow.trainer import TrainerClient
+    except ImportError as e:
+        raise UserError(
+            f"the real-node steps need the Kubeflow SDK ({e.name} is not installed): "
+            "run `trainstack smoke install` (make e2e does)"
+        ) from None
 
     return TrainerClient(backend_config=KubernetesBackendConfig(namespace=SMOKE_NS, config_file=str(kubeconfig)))
 

@@ -387,6 +387,9 @@ class LocalProvider(Provider):
             self.memory_report, self.memory = self.memory.stop(), None
         if keep and self.cluster is not None:
             self._save_state(kept=True)
+            for box in [self.cluster.sandbox, *(n.sandbox for n in self.cluster.nodes)]:
+                if box is not None:
+                    box.keep()
             reach = ""
             if self.real and self.cluster.sandbox is not None:
                 reach = (f"API server 127.0.0.1:{self.cluster.ports()['kube-apiserver']} and registry "
@@ -438,7 +441,7 @@ def down_kept() -> str:
         shutil.rmtree(state["run_dir"], ignore_errors=True)
         path.unlink()
         stopped.append(f"{state['cluster']} ({len(pids)} processes)")
-    stopped += sandbox.cleanup_stale()
+    stopped += sandbox.cleanup_stale(include_kept=True)  # the kept clusters' namespaces and cgroups
     if not stopped:
         return "nothing to stop: no kept local e2e cluster"
     return f"stopped and removed: {', '.join(stopped)}"
