@@ -14,7 +14,7 @@ TEST_TIMES := artifacts/test-times
 # temporary folders; the chart tier's render cache locks its writes), so they run on every CPU, one file
 # per worker (pytest-xdist). The integration tier's two workers each start the shared cluster (a local API
 # server with KWOK nodes, on ports the OS picks) and share it among their files: two, not one per CPU.
-# The e2e tier runs its four groups side by side (tier-e2e).
+# The e2e tier runs its three groups side by side (tier-e2e).
 TIER_ARGS_unit := -n auto --dist loadfile
 TIER_ARGS_chart := -n auto --dist loadfile
 TIER_ARGS_integration := -n 2 --dist loadfile
@@ -96,10 +96,10 @@ $(addprefix tier-,$(filter-out e2e,$(TIERS))): tier-%:
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests in tests/$*" >&2; rc=1; fi; \
 	$(VENV)/bin/python tests/support/tier_times.py $* $$start $$rc $(TEST_TIMES); exit $$rc
 
-# tier-e2e: the e2e tier's modules in four pytest processes side by side (tests/support/e2e_tier.py,
-# tests/e2e/conftest.py): the real-node modules one after another, a second real-node group (the real
-# platform, node loss), and the KWOK and local-process ones beside them in two groups; JUnit files e2e.xml,
-# e2e-real2.xml, e2e-beside.xml and e2e-beside2.xml, each group's time in e2e-groups.json.
+# tier-e2e: the e2e tier's modules in three pytest processes side by side (tests/support/e2e_tier.py,
+# tests/e2e/conftest.py): the real-node modules one after another, a second real-node group (empty now),
+# and the KWOK and local-process ones beside them; JUnit files e2e.xml, e2e-real2.xml and e2e-beside.xml,
+# each group's time in e2e-groups.json.
 tier-e2e:
 	@mkdir -p $(TEST_TIMES); start=$$(date +%s.%N); \
 	$(VENV)/bin/python tests/support/e2e_tier.py $(TEST_TIMES) $(PYTEST_ARGS); rc=$$?; \

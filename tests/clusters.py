@@ -200,9 +200,10 @@ def _module(item: pytest.Item) -> str:
     return item.nodeid.split("::", 1)[0]
 
 
-def _group(item: pytest.Item) -> tuple[bool, ...]:
+def _group(item: pytest.Item) -> tuple[bool, bool]:
     """An e2e item's group (tests/e2e/conftest.py): its group markers."""
-    return tuple(item.get_closest_marker(m) is not None for m in ("beside_real_nodes", "beside_2", "real_nodes_2"))
+    return (item.get_closest_marker("beside_real_nodes") is not None,
+            item.get_closest_marker("real_nodes_2") is not None)
 
 
 def _uses(item: pytest.Item, name: str) -> bool:
@@ -223,7 +224,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             # make test-e2e's processes would each start it (tests/e2e/conftest.py)
             raise pytest.UsageError(f"shared cluster {name} is used by e2e modules of different groups: "
                                     f"{', '.join(dict.fromkeys(_module(i) for i in e2e))}; give them the same "
-                                    "BESIDE_REAL_NODES, BESIDE_GROUP and REAL_NODE_GROUP")
+                                    "BESIDE_REAL_NODES and REAL_NODE_GROUP")
         if len(users) < 2:
             continue
         moved = [i for i in items if _module(i) in users[1:]]

@@ -2,7 +2,7 @@
 `real_platform`) are session fixtures of tests/clusters.py, visible to every test; the helpers for a
 module that starts a cluster of its own are there too, and importable from here as before.
 
-`make test-e2e` runs four pytest processes side by side (tests/support/e2e_tier.py), one per group:
+`make test-e2e` runs three pytest processes side by side (tests/support/e2e_tier.py), one per group:
 - the real-node group: every module that starts a real node or a sandbox (a network namespace), runs
   `trainstack e2e` or `e2e down`, or checks what such a run leaves on the host (iptables, sysctls,
   network namespaces, cgroups, run folders): one module after another, as in a plain `pytest tests/e2e`;
@@ -15,16 +15,11 @@ module that starts a cluster of its own are there too, and importable from here 
   that failed now and then on this 2-core machine with three groups at once are made to ride out the load:
   a host controller that exits at start is started again (e2e/hostcontrollers.py), and the teams' Kueue
   waits longer for PodsReady (e2e/teams_live.py);
-- beside them, the modules that declare `BESIDE_REAL_NODES = True`. They run on the host alone (KWOK
-  clusters on ports the OS picks, torch, JAX and XGBoost in local processes, the Kubeflow SDK offline)
-  and touch nothing the real-node groups' checks look at. They are two groups of their own, a pytest
-  process each: those that also declare `BESIDE_GROUP = 2` (`-m beside_2`: the pipelines, the failing
-  runs, training in local processes, the SDK) and the rest (`-m "beside_real_nodes and not beside_2"`:
-  the lifecycle, migration and the scale bench, each on clusters of its own). One process for both took
-  about 830 s alone, longer than either real-node group: the tier waited on it.
+- beside them (`-m beside_real_nodes`): the modules that declare `BESIDE_REAL_NODES = True`. They run
+  on the host alone (KWOK clusters on ports the OS picks, torch, JAX and XGBoost in local processes,
+  the Kubeflow SDK offline) and touch nothing the real-node groups' checks look at.
 A shared cluster's users stay in one group (tests/clusters.py refuses to collect otherwise):
-`platform` and `local_cluster` are used in the second beside group, `real_platform` in the second
-real-node group.
+`platform` and `local_cluster` are used beside, `real_platform` in the second real-node group.
 """
 
 from __future__ import annotations
@@ -39,7 +34,6 @@ from conftest import need_binaries
 __all__ = ["ONE_REAL_NODE", "fresh_run_dir", "installed", "need_binaries", "restore", "run_first_steps", "scratch"]
 
 BESIDE = "beside_real_nodes"  # the marker (pyproject.toml) of the modules that run beside the real-node ones
-BESIDE_2 = "beside_2"  # and of those of them in the second beside group (BESIDE_GROUP = 2)
 SECOND = "real_nodes_2"  # the marker of the second real-node group's modules
 HERE = Path(__file__).resolve().parent
 
@@ -49,17 +43,16 @@ def beside(module: object) -> bool:
     return bool(getattr(module, "BESIDE_REAL_NODES", False))
 
 
-def group_markers(module: object) -> list[str]:
-    """The markers of an e2e module's group: BESIDE (and BESIDE_2 with BESIDE_GROUP = 2), SECOND
-    (REAL_NODE_GROUP = 2), or none (the first group)."""
+def group_marker(module: object) -> str | None:
+    """The marker of an e2e module's group: BESIDE, SECOND (REAL_NODE_GROUP = 2), or None (the first group)."""
     if beside(module):
-        return [BESIDE, BESIDE_2] if getattr(module, "BESIDE_GROUP", 1) == 2 else [BESIDE]
-    return [SECOND] if getattr(module, "REAL_NODE_GROUP", 1) == 2 else []
+        return BESIDE
+    return SECOND if getattr(module, "REAL_NODE_GROUP", 1) == 2 else None
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects by it
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if Path(item.path).resolve().parent == HERE:
-            for marker in group_markers(getattr(item, "module", None)):
-                item.add_marker(marker)
+        marker = group_marker(getattr(item, "module", None)) if Path(item.path).resolve().parent == HERE else None
+        if marker:
+            item.add_marker(marker)

@@ -21,7 +21,6 @@ from trainstack.e2e.providers.local import LocalProvider
 from .conftest import ONE_REAL_NODE, need_binaries
 
 BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
-BESIDE_GROUP = 2  # the second process beside them
 
 pytestmark = pytest.mark.e2e
 

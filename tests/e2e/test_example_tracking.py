@@ -19,7 +19,6 @@ from conftest import ROOT
 from trainstack import trainenv
 
 BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
-BESIDE_GROUP = 2  # the second process beside them
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 

@@ -27,7 +27,6 @@ from pipeline_support import score, step_fails, tp, train_locally
 from trainstack import yamlio
 
 BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
-BESIDE_GROUP = 2  # the second process beside them
 
 
 @pytest.fixture(scope="module")

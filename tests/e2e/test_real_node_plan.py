@@ -10,7 +10,6 @@ from trainstack.cluster import node as nodemod
 from trainstack.e2e.providers import local as localprov
 
 BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
-BESIDE_GROUP = 2  # the second process beside them
 
 
 def test_mirror_values_point_every_image_at_the_clusters_registry(lock, tmp_path):

@@ -19,7 +19,6 @@ from trainstack import smoke
 from trainstack.cluster.local import free_port
 
 BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
-BESIDE_GROUP = 2  # the second process beside them
 
 SCRIPT = ROOT / "examples" / "sdk_submit.py"
 pytestmark = pytest.mark.slow  # needs the Kubeflow SDK that `make setup` installs

@@ -14,7 +14,6 @@ from trainstack import smoke, trainenv
 from trainstack.errors import UserError
 
 BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
-BESIDE_GROUP = 2  # the second process beside them
 
 
 @pytest.fixture(scope="module")

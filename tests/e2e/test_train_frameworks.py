@@ -18,7 +18,6 @@ from trainstack import images, petenv, smoke, trainenv
 from trainstack.cluster.common import free_port
 
 BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
-BESIDE_GROUP = 2  # the second process beside them
 
 pytestmark = pytest.mark.frameworks
 
