@@ -181,3 +181,20 @@ def test_without_the_kubeflow_sdk_the_real_node_steps_say_how_to_install_it(monk
     monkeypatch.delitem(sys.modules, "kubeflow.trainer", raising=False)
     with pytest.raises(UserError, match="trainstack smoke install"):
         realnode.client(tmp_path / "kubeconfig")
+
+
+def test_a_killed_worker_whose_trainjob_failed_names_what_each_pod_ended_as(monkeypatch):
+    from types import SimpleNamespace
+
+    from trainstack.e2e import realnode
+
+    ended = {"name": "t1", "state": "Failed", "message": "FailedJobs: jobset failed", "killed": "t1-node-0-1-x",
+             "seconds_to_end": 215.3,
+             "pods": [{"pod": "t1-node-0-0-a", "phase": "Failed", "exit_code": 1},
+                      {"pod": "t1-node-0-1-b", "phase": "Failed", "exit_code": 137}]}
+    monkeypatch.setattr(realnode, "worker_killed", lambda *a, **k: ended)
+    steps = SimpleNamespace(kube=None, provider=SimpleNamespace(kubeconfig="k", job_timeout=300),
+                            real_node_count=lambda: 2)
+    outcome = realnode.RealNodeSteps.worker_killed(steps)
+    assert outcome.data["pods"][1]["exit_code"] == 137
+    assert "t1-node-0-0-a Failed exit 1, t1-node-0-1-b Failed exit 137" in outcome.detail

@@ -420,6 +420,8 @@ def worker_killed(kube: Any, kubeconfig: Path, timeout: float = 300, real_nodes:
         result["resumed_from"] = starts[-1].get("start_step")
     elif not message.strip(": "):
         raise RealNodeFailure(f"TrainJob {name} ended Failed without a reason")
+    else:  # the rarer ending (26 to 34 s Complete is usual; Failed took 215 s once): what each pod ended as
+        result["pods"] = [pod_facts(p) for p in pods_of(kube, name)]
     kube.kubectl("delete", "trainjob", name, "-n", SMOKE_NS, "--wait=false", check=False)
     return result
 
@@ -494,8 +496,9 @@ class RealNodeSteps(SuiteState):
         if r["state"] == "Complete":
             return Outcome(f"killed {r['killed']}: the job's pods restarted, resumed from the step-{r['resumed_from']} "
                            f"checkpoint and ended Complete {r['seconds_to_end']}s later", r)
+        pods = ", ".join(f"{p['pod']} {p['phase']} exit {p['exit_code']}" for p in r.get("pods", []))
         return Outcome(f"killed {r['killed']}: TrainJob {r['name']} ended Failed {r['seconds_to_end']}s later "
-                       f"({r['message'][:160]})", r)
+                       f"({r['message'][:160]}); its pods: {pods or 'none left'}", r)
 
     def sdk_training(self) -> Outcome:
         if getattr(self.provider, "tracking", False):
