@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import re
 import ssl
+import urllib.error
 import urllib.request
 import zipfile
 from dataclasses import dataclass, field
@@ -432,9 +433,19 @@ def expected_from(controller: str, groups: list[dict] | None = None) -> set[str]
     return used & set(tracking_metrics() if controller == TRACKING else controller_metrics(controller))
 
 
+class ScrapeError(UserError):
+    """A scrape that failed; `status` is the HTTP status the server answered (401, 403, ...), or None
+    where none came (refused, timed out, TLS)."""
+
+    def __init__(self, url: str, err: OSError) -> None:
+        super().__init__(f"cannot scrape {url}: {err}", "is the controller running and the token allowed /metrics?")
+        self.status: int | None = err.code if isinstance(err, urllib.error.HTTPError) else None
+
+
 def scrape(url: str, token: str | None = None, timeout: float = 10) -> str:
     """GET a controller's /metrics over HTTPS (the controllers serve self-signed certificates:
-    the certificate is not verified; the bearer token is what JobSet and LWS check)."""
+    the certificate is not verified; the bearer token is what JobSet and LWS check). A ScrapeError
+    where it fails."""
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
     context = ssl.create_default_context()
     context.check_hostname = False
@@ -443,8 +454,7 @@ def scrape(url: str, token: str | None = None, timeout: float = 10) -> str:
         with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
             return response.read().decode()
     except OSError as err:
-        raise UserError(f"cannot scrape {url}: {err}",
-                        "is the controller running and the token allowed /metrics?") from None
+        raise ScrapeError(url, err) from None
 
 
 def verify_scrape(texts: dict[str, str], groups: list[dict] | None = None) -> dict[str, dict[str, list[str]]]:

@@ -21,7 +21,6 @@ from clusters import scratch
 from conftest import ROOT
 from trainstack import monitoring, tools, yamlio
 from trainstack.cluster.local import FAIL_LABEL, free_port, stop_pids
-from trainstack.errors import UserError
 
 # Vector metrics appear after their first event. Here no webhook configuration points at the
 # processes, so webhook latency is never observed (the smoke suite's TrainJobs call the webhooks).
@@ -88,8 +87,8 @@ def _status(url: str, token: str | None, want: int, timeout: float = 30) -> int 
         try:
             monitoring.scrape(url, token)
             got = 200
-        except UserError as err:
-            got = 401 if "401" in err.message else 403 if "403" in err.message else 0
+        except monitoring.ScrapeError as err:
+            got = err.status or 0  # the HTTP status (the message's port may hold "401" too)
             last = err.message
         if got == want or time.monotonic() > deadline:
             return got if got == want else f"{got} ({last if got != 200 else 'ok'})"

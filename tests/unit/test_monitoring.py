@@ -68,3 +68,13 @@ def test_python_exporter_scan_reads_prefixed_definitions_with_their_series():
                           "mlflow_http_request_duration_seconds_bucket", "mlflow_http_request_duration_seconds_sum",
                           "mlflow_http_request_duration_seconds_count"}
     assert set(names.values()) == {"pfe/__init__.py"}
+
+
+def test_a_failed_scrape_carries_the_http_status_not_just_its_wording():
+    import urllib.error
+
+    url = "https://127.0.0.1:33401/metrics"  # a port with "401" in it: the status comes from the answer
+    forbidden = monitoring.ScrapeError(url, urllib.error.HTTPError(url, 403, "Forbidden", {}, None))
+    assert forbidden.status == 403 and forbidden.exit_code == 1
+    refused = monitoring.ScrapeError(url, ConnectionRefusedError(111, "Connection refused"))
+    assert refused.status is None

@@ -1,6 +1,6 @@
 """Ports and processes of the local cluster, shared by the control plane, the sandbox and the real node.
 
-Small helpers with no knowledge of either: whether a loopback port is free, a port the OS picks,
+Small helpers with no knowledge of either: whether a loopback port is free, a free port to listen on,
 whether a pid is still running, and stopping our own processes by pid. Everything in `cluster`
 may import this module; it imports nothing of `cluster` back.
 """
@@ -8,9 +8,11 @@ may import this module; it imports nothing of `cluster` back.
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import time
+from pathlib import Path
 
 from ..errors import UserError
 
@@ -24,8 +26,33 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def free_port() -> int:
-    """A port nobody listens on now (the OS picks it)."""
+PORT_RANGE_FILE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+LOWEST_PORT = 10000  # free_port's ports: from here up to the kernel's ephemeral range
+PICKS = 64
+_given: set[int] = set()  # the ports free_port gave in this process (two asks before either binds get two)
+
+
+def ephemeral_range(source: Path = PORT_RANGE_FILE) -> tuple[int, int]:
+    """The kernel's range of local ports for outgoing connections (Linux's default where unreadable)."""
+    try:
+        low, high = (int(n) for n in source.read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
+def free_port(source: Path = PORT_RANGE_FILE) -> int:
+    """A free loopback port to give a server that binds it later: one below the kernel's ephemeral range,
+    at random, that binds now. A port from that range (the OS's pick for port 0), once released, may
+    become the local port of any process's outgoing connection before the server binds it, and a
+    long-lived one (a controller's watch) keeps it: a host controller failed three starts with "address
+    already in use" so, on a loaded machine. The OS's pick where that range leaves no room below it."""
+    low = ephemeral_range(source)[0]
+    if low - LOWEST_PORT >= 1024:
+        for port in random.sample(range(LOWEST_PORT, low), PICKS):
+            if port not in _given and port_is_free(port):
+                _given.add(port)
+                return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
