@@ -3,8 +3,8 @@ git repository of this checkout onto the local cluster's real node. One cluster 
 suite's steps run once, in order (each needs the ones before); each test checks what one step proved,
 from the cluster and Argo CD's own status, not from the step's prose.
 
-Needs `make setup-gitops` (Argo CD is not in `make setup`: its cold build is too slow for the default
-setup, see docs/gitops.md); without the Argo CD binary the module is skipped, saying so.
+Needs `make setup-gitops` (Argo CD is not in `make setup`, which `make e2e` needs; `make test` and
+`make test-e2e` build it, see docs/gitops.md); without the Argo CD binary the module is skipped, saying so.
 """
 
 from __future__ import annotations
