@@ -71,3 +71,17 @@ def test_counts_of_the_e2e_groups_add_up(tmp_path):
 ])
 def test_the_e2e_tiers_status_from_its_two_groups(codes, status):
     assert e2e_tier.tier_status(codes) == status
+
+
+def test_a_run_is_within_budget_only_when_every_step_passed():
+    from trainstack.benchmarks import tests as benchtests
+
+    passing = [{"step": "setup", "seconds": 22.0, "exit": 0}, {"step": "test-e2e", "seconds": 1080.0, "exit": 0, "passed": 9}]
+    warm = benchtests.verdict(passing, warm=True)
+    assert warm["make_test_seconds"] == 1102.0 and warm["failed_steps"] == []
+    assert warm["within_budget"] is False and warm["within_bar"] is True  # 18.4 min: over the goal, under the bar
+    failing = [{**passing[0]}, {**passing[1], "exit": 2}]
+    cold = benchtests.verdict(failing, warm=False)
+    assert cold["failed_steps"] == ["test-e2e"] and cold["within_budget"] is False  # 18 min cold, but it failed
+    assert "within_bar" not in cold
+    assert benchtests.verdict(passing, warm=False)["within_budget"] is True
