@@ -309,20 +309,24 @@ def package_venv(name: str, requirements: list[str]) -> Path:
     stamp = root / ".trainstack-installed"
     if stamp.is_file() and python.exists():
         return python
-    shutil.rmtree(root, ignore_errors=True)
-    root.parent.mkdir(parents=True, exist_ok=True)
-    made = proc.run([sys.executable, "-m", "venv", str(root)], check=False)
-    if made.returncode != 0:
-        raise UserError(f"could not create the virtual environment {root}: {_last_line(made)}")
+    # one maker at a time (the e2e tier's groups may ask for the same venv at once): the others wait, then reuse it
+    with paths.exclusive(f"venv-{root.name}"):
+        if stamp.is_file() and python.exists():
+            return python
+        shutil.rmtree(root, ignore_errors=True)
+        root.parent.mkdir(parents=True, exist_ok=True)
+        made = proc.run([sys.executable, "-m", "venv", str(root)], check=False)
+        if made.returncode != 0:
+            raise UserError(f"could not create the virtual environment {root}: {_last_line(made)}")
 
-    def install() -> proc.CompletedProcess:
-        return _install_offline(*requirements, python=str(python))
+        def install() -> proc.CompletedProcess:
+            return _install_offline(*requirements, python=str(python))
 
-    with progress.step(f"installing {', '.join(requirements)} into {root}"):
-        if install().returncode != 0:
-            _download(*requirements)
-            result = install()
-            if result.returncode != 0:
-                raise UserError(f"could not install {' '.join(requirements)} into {root}: {_last_line(result)}")
-    stamp.write_text("\n".join(requirements) + "\n")
+        with progress.step(f"installing {', '.join(requirements)} into {root}"):
+            if install().returncode != 0:
+                _download(*requirements)
+                result = install()
+                if result.returncode != 0:
+                    raise UserError(f"could not install {' '.join(requirements)} into {root}: {_last_line(result)}")
+        stamp.write_text("\n".join(requirements) + "\n")
     return python

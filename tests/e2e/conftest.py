@@ -8,7 +8,8 @@ module that starts a cluster of its own are there too, and importable from here 
   network namespaces, cgroups, run folders): one module after another, as in a plain `pytest tests/e2e`;
   a module of local processes only may sit in any group, and two do here to even the groups out (the
   torch smoke and the frameworks' local runs; the tracking example's runs sit in the second group): the
-  tier ends with its slowest group (6 December 2026: 677, 673 and 786 s before they moved);
+  tier ends with its slowest group (6 December 2026: 677, 673 and 786 s before they moved, 770, 713
+  and 749 after: the tier is CPU-bound, so evening them out gained 15 s);
 - the second real-node group (`-m real_nodes_2`): the modules that declare `REAL_NODE_GROUP = 2`. They
   may start real nodes too, on clusters of their own (each cluster has its own namespaces, cgroups,
   forwarded ports and image stores; images are built one at a time, cluster/imagestore.py,
