@@ -18,7 +18,7 @@ import pytest
 from conftest import ROOT
 from trainstack import trainenv
 
-REAL_NODE_GROUP = 2  # local processes only: any group would do; in the second, it evens the groups out (tests/e2e/conftest.py)
+BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 

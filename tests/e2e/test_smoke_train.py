@@ -13,7 +13,7 @@ from conftest import assert_one_line_error, run_cli
 from trainstack import smoke, trainenv
 from trainstack.errors import UserError
 
-# local processes only: any group would do; in the first, it evens the groups out (tests/e2e/conftest.py)
+BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
 
 
 @pytest.fixture(scope="module")

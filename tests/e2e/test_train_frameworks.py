@@ -17,7 +17,7 @@ from conftest import ROOT
 from trainstack import images, petenv, smoke, trainenv
 from trainstack.cluster.common import free_port
 
-# local processes only: any group would do; in the first, it evens the groups out (tests/e2e/conftest.py)
+BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
 
 pytestmark = pytest.mark.frameworks
 
