@@ -23,6 +23,8 @@ from .errors import UserError
 
 FLOATING_TAGS = {"latest", "main", "master", "stable", "edge", "nightly"}
 SEMVER_TAG = re.compile(r"^v?\d+\.\d+\.\d+([-+].+)?$")
+# What a kubernetes.matrix entry may say (the gates and runtime config replace the pinned release's there).
+MATRIX_KEYS = ("sum", "featureGates", "schedulerFeatureGates", "runtimeConfig")
 
 
 @dataclass(frozen=True)
@@ -156,6 +158,11 @@ class Lock:
         return self._switches("kubernetes", "featureGates")
 
     @property
+    def kubernetes_scheduler_feature_gates(self) -> dict[str, bool]:
+        """Feature gates of the local kube-scheduler alone, after kubernetes.featureGates (the gang's CPU fix)."""
+        return self._switches("kubernetes", "schedulerFeatureGates")
+
+    @property
     def kubernetes_runtime_config(self) -> dict[str, bool]:
         """The local API server's --runtime-config (API group versions turned on or off)."""
         return self._switches("kubernetes", "runtimeConfig")
@@ -192,9 +199,9 @@ class Lock:
                 raise UserError(f"{self.path}: {where}: the key must be a Kubernetes release (v1.X.Y)")
             if not str(entry.get("sum", "")).startswith("h1:"):
                 raise UserError(f"{self.path}: lock entry '{where}.sum' must be the module's Go h1: checksum")
-            if set(entry) - {"sum", "featureGates", "runtimeConfig"}:
-                raise UserError(f"{self.path}: {where}: unknown keys {sorted(set(entry) - {'sum', 'featureGates', 'runtimeConfig'})} "
-                                "(sum, featureGates, runtimeConfig)")
+            if set(entry) - set(MATRIX_KEYS):
+                raise UserError(f"{self.path}: {where}: unknown keys {sorted(set(entry) - set(MATRIX_KEYS))} "
+                                f"({', '.join(MATRIX_KEYS)})")
         return entries
 
     def kubernetes_matrix(self) -> list[str]:
@@ -226,9 +233,11 @@ class Lock:
         kube["matrix"] = {v: e for v, e in kube["matrix"].items() if v != version}
         kube["matrix"][self.kubernetes_version] = {"sum": self.source("kubernetes-openapi").sum,
                                                    "featureGates": self.kubernetes_feature_gates,
+                                                   "schedulerFeatureGates": self.kubernetes_scheduler_feature_gates,
                                                    "runtimeConfig": self.kubernetes_runtime_config}
         kube["version"] = version
         kube["featureGates"] = dict(entry.get("featureGates") or {})
+        kube["schedulerFeatureGates"] = dict(entry.get("schedulerFeatureGates") or {})
         kube["runtimeConfig"] = dict(entry.get("runtimeConfig") or {})
         for name in ("kubernetes", "kubernetes-node"):
             data["tools"][name]["version"] = version
@@ -338,6 +347,7 @@ class Lock:
 
         check(lambda: self.kubernetes_version)
         check(lambda: self.kubernetes_feature_gates)
+        check(lambda: self.kubernetes_scheduler_feature_gates)
         check(lambda: self.kubernetes_runtime_config)
         try:
             oldest, newest = self.kubernetes_supported

@@ -1,4 +1,4 @@
-"""`trainstack bench scale` end to end at a test's size (40 TrainJobs, then the same workloads as raw
+"""`trainstack bench scale` end to end at a test's size (20 TrainJobs, then the same workloads as raw
 JobSets and raw Jobs, on 10 fake GPU nodes; `--quick` runs 100, the benchmark 1,000): the results
 file has the keys the benchmark promises, every workload of every path completed (none lost under
 load), and the picture is written. Plus the pieces it relies on, without a cluster: the controllers'
@@ -20,7 +20,7 @@ BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/co
 
 KEYS = ("trainjobs", "nodes", "trainjob_per_s", "raw_jobset_per_s", "raw_job_per_s", "ratio_vs_jobset", "stages",
         "trainer_cpu_s", "trainer_peak_rss_mb", "jobset_cpu_s", "jobset_peak_rss_mb")
-JOBS = 40  # workloads per path: the same paths, stages and checks as --quick's 100, in less than half the CPU
+JOBS = 20  # workloads per path: the same paths, stages and checks as --quick's 100, in a fraction of the CPU
 
 
 @pytest.mark.e2e

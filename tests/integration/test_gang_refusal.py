@@ -37,7 +37,7 @@ def ungated(lock) -> Iterator[LocalCluster]:
     has by default): the shared clusters have them, and this check needs a cluster that lacks them."""
     need_binaries(*BINARIES, "helm")
     bare = dataclasses.replace(lock, data={**lock.data, "kubernetes": {**lock.data["kubernetes"],
-                                                                       "featureGates": {}, "runtimeConfig": {}}})
+                                                                       "featureGates": {}, "schedulerFeatureGates": {}, "runtimeConfig": {}}})
     cluster = LocalCluster(name=f"pytest-ungated-{os.getpid()}", pools=[], lock=bare)
     try:
         cluster.start()

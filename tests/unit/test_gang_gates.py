@@ -1,5 +1,6 @@
 """The local control plane runs the native gang scheduler: the lock's feature gates on the API server,
-controller manager and scheduler, its runtime config on the API server, for every cluster."""
+controller manager and scheduler, its runtime config on the API server, for every cluster; the scheduler
+also its own gate (SchedulerPopFromBackoffQ off: a gang that cannot be placed is not retried without pause)."""
 
 from __future__ import annotations
 
@@ -21,13 +22,15 @@ def test_lock_pins_the_1_36_gang_gates_and_the_podgroup_api(lock):
     assert lock.kubernetes_version.startswith("v1.36.")
     assert lock.kubernetes_feature_gates == {"GenericWorkload": True, "GangScheduling": True, "WorkloadWithJob": True}
     assert lock.kubernetes_runtime_config == {"scheduling.k8s.io/v1alpha2": True}
+    assert lock.kubernetes_scheduler_feature_gates == {"SchedulerPopFromBackoffQ": False}
 
 
 def test_gates_go_to_the_three_components_and_the_api_to_the_apiserver(lock):
     patches = controlplane.with_feature_gates([], lock)
     gates = "GenericWorkload=true,GangScheduling=true,WorkloadWithJob=true"
-    for component in ("kube-apiserver", "kube-controller-manager", "kube-scheduler"):
+    for component in ("kube-apiserver", "kube-controller-manager"):  # the scheduler's gate is its alone
         assert args_of(patches, component)["feature-gates"] == gates
+    assert args_of(patches, "kube-scheduler")["feature-gates"] == gates + ",SchedulerPopFromBackoffQ=false"
     assert args_of(patches, "kube-apiserver")["runtime-config"] == "scheduling.k8s.io/v1alpha2=true"
     assert "runtime-config" not in args_of(patches, "kube-scheduler")
     assert {p["name"] for p in patches} == {"kube-apiserver", "kube-controller-manager", "kube-scheduler"}
@@ -56,5 +59,24 @@ def test_a_malformed_gate_entry_is_one_line_naming_the_entry(lock):
 def test_a_lock_without_gates_adds_no_flags(lock):
     """A cluster started with such a lock (the refusal test's) runs with the components' defaults."""
     bare = dataclasses.replace(lock, data={**lock.data, "kubernetes": {**lock.data["kubernetes"],
-                                                                       "featureGates": {}, "runtimeConfig": {}}})
+                                                                       "featureGates": {}, "schedulerFeatureGates": {}, "runtimeConfig": {}}})
     assert controlplane.with_feature_gates([], bare) == []
+
+
+def test_a_control_plane_upgrade_gives_the_scheduler_its_own_gates_and_the_others_none_of_them(lock):
+    """`--kube-upgrade-to` restarts each component with the new release's gates: back on the pinned release
+    (from an older one), the scheduler gets schedulerFeatureGates too, the API server not."""
+    from trainstack.e2e import kubeupgrade
+
+    old = ["/cache/old/kube-scheduler", "--feature-gates=SchedulerPopFromBackoffQ=true", "--secure-port=1"]
+    out = kubeupgrade.upgraded_command(old, "/cache/new/kube-scheduler", "kube-scheduler", lock)
+    gates = "GenericWorkload=true,GangScheduling=true,WorkloadWithJob=true,SchedulerPopFromBackoffQ=false"
+    assert out[1:] == ["--secure-port=1", f"--feature-gates={gates}"], out
+    api = kubeupgrade.upgraded_command(["/old/kube-apiserver"], "/new/kube-apiserver", "kube-apiserver", lock)
+    assert not any("SchedulerPopFromBackoffQ" in a for a in api), api
+
+
+def test_a_malformed_scheduler_gate_is_one_line_naming_the_entry(lock):
+    bad = dataclasses.replace(lock, data={**lock.data, "kubernetes": {**lock.data["kubernetes"],
+                                                                      "schedulerFeatureGates": {"X": "off"}}})
+    assert any("kubernetes.schedulerFeatureGates" in p for p in bad.problems())

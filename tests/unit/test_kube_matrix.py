@@ -205,6 +205,8 @@ def test_a_derived_lock_still_knows_every_tested_release_and_goes_back(lock):
     back = derived.for_kubernetes(lock.kubernetes_version)
     assert back.kubernetes_version == lock.kubernetes_version
     assert back.kubernetes_feature_gates == lock.kubernetes_feature_gates
+    assert back.kubernetes_scheduler_feature_gates == lock.kubernetes_scheduler_feature_gates
+    assert derived.kubernetes_scheduler_feature_gates == {}  # the other releases run the scheduler's defaults
     assert back.kubernetes_runtime_config == lock.kubernetes_runtime_config
     assert back.source("kubernetes-openapi") == lock.source("kubernetes-openapi")
     assert back.tool("kubernetes").version == lock.tool("kubernetes").version

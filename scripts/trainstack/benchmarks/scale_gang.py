@@ -41,7 +41,7 @@ MODES = ("off", "on")
 
 def ungated(lock: lockmod.Lock) -> lockmod.Lock:
     """LOCK without the gang feature gates and API: a 1.36 control plane as it comes."""
-    kube = {**lock.data["kubernetes"], "featureGates": {}, "runtimeConfig": {}}
+    kube = {**lock.data["kubernetes"], "featureGates": {}, "schedulerFeatureGates": {}, "runtimeConfig": {}}
     return dataclasses.replace(lock, data={**lock.data, "kubernetes": kube})
 
 

@@ -93,12 +93,24 @@ def switches(flags: dict[str, bool]) -> str:
     return ",".join(f"{name}={str(on).lower()}" for name, on in flags.items())
 
 
+def component_gates(lock: lockmod.Lock, component: str) -> dict[str, bool]:
+    """The feature gates COMPONENT of the local control plane runs with: kubernetes.featureGates, and on
+    kube-scheduler kubernetes.schedulerFeatureGates after them (the scheduler's alone)."""
+    gates = dict(lock.kubernetes_feature_gates)
+    if component == "kube-scheduler":
+        gates.update(lock.kubernetes_scheduler_feature_gates)
+    return gates
+
+
 def with_feature_gates(patches: list[dict[str, Any]], lock: lockmod.Lock) -> list[dict[str, Any]]:
-    """PATCHES plus the lock's feature gates on the API server, controller manager and scheduler and its
-    --runtime-config on the API server (every cluster, real node or not): the native gang scheduler."""
-    gates, apis = lock.kubernetes_feature_gates, lock.kubernetes_runtime_config
-    extra: dict[str, list[dict[str, Any]]] = {
-        name: [{"key": "feature-gates", "value": switches(gates)}] if gates else [] for name in GATED_COMPONENTS}
+    """PATCHES plus the lock's feature gates on the API server, controller manager and scheduler (the
+    scheduler also its own, schedulerFeatureGates) and its --runtime-config on the API server (every
+    cluster, real node or not): the native gang scheduler."""
+    apis = lock.kubernetes_runtime_config
+    extra: dict[str, list[dict[str, Any]]] = {}
+    for name in GATED_COMPONENTS:
+        gates = component_gates(lock, name)
+        extra[name] = [{"key": "feature-gates", "value": switches(gates)}] if gates else []
     if apis:
         extra["kube-apiserver"].append({"key": "runtime-config", "value": switches(apis)})
     extra = {name: args for name, args in extra.items() if args}

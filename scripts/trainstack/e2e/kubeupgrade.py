@@ -22,7 +22,7 @@ import yaml
 from .. import lock as lockmod
 from .. import tools
 from ..cluster.common import pid_alive, stop_pids
-from ..cluster.controlplane import switches
+from ..cluster.controlplane import component_gates, switches
 from ..errors import UsageError, UserError
 from .base import Outcome, SuiteFailure, server_version
 from .smokejobs import SMOKE_NS
@@ -58,8 +58,9 @@ def upgraded_command(command: list[str], binary: str, component: str, lock: lock
         if arg.split("=", 1)[0] in SWITCHES:
             continue
         out.append(arg)
-    if lock.kubernetes_feature_gates:
-        out.append(f"--feature-gates={switches(lock.kubernetes_feature_gates)}")
+    gates = component_gates(lock, component)
+    if gates:
+        out.append(f"--feature-gates={switches(gates)}")
     if component == "kube-apiserver" and lock.kubernetes_runtime_config:
         out.append(f"--runtime-config={switches(lock.kubernetes_runtime_config)}")
     return out
