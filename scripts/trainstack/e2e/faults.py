@@ -33,7 +33,7 @@ import yaml
 from .. import kubeapi, progress
 from ..errors import UserError
 from .base import NAMESPACE, SMOKE_NS
-from .clusterstate import losses, snapshot, terminal
+from .clusterstate import losses, rejection, snapshot, terminal
 from .smokejobs import SmokeJob, golden_runtimes
 from .upgrade import JOBS_NS, UpgradeTest
 
@@ -98,8 +98,7 @@ class Faults:
 
     # -- one fault ---------------------------------------------------------------------------
     def admitted(self, job: dict[str, Any]) -> bool:
-        return self.test.kube.kubectl("create", "--dry-run=server", "-f", "-", input_text=yaml.safe_dump(job),
-                                      check=False, timeout=30).returncode == 0
+        return not rejection(self.test.kube, job)
 
     def run(self, name: str, inject: Callable[[], str], recover: Callable[[], str] | None = None,
             timeout: float = 300) -> FaultRow:

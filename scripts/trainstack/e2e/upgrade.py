@@ -47,7 +47,7 @@ from ..errors import UserError
 from ..kubectl import Kubectl
 from ..render import rendered_crds
 from .base import GROUP, NAMESPACE, PART_OF, RELEASE
-from .clusterstate import WebhookProbe, conflicts, losses, snapshot, terminal
+from .clusterstate import WebhookProbe, conflicts, losses, rejection, snapshot, terminal
 from .localadapter import LocalAdapter
 from .oldrelease import build_old_chart, export_ref
 from .smokejobs import required_labels
@@ -203,14 +203,14 @@ class UpgradeTest:
     def wait_admitted(self, after: str, timeout: float) -> float:
         """Until a TrainJob create (server dry run) is admitted: webhooks answer, policies and their params are
         loaded by the API server. Returns the seconds it took."""
-        probe = yaml.safe_dump(self.trainjob("admission-probe", self.torch_runtime()))
+        probe = self.trainjob("admission-probe", self.torch_runtime())
         start = time.monotonic()
         while True:
-            result = self.kube.kubectl("create", "--dry-run=server", "-f", "-", input_text=probe, check=False)
-            if result.returncode == 0:
+            error = rejection(self.kube, probe)
+            if not error:
                 return time.monotonic() - start
             if time.monotonic() - start > timeout:
-                raise UserError(f"after {after} a TrainJob create is still rejected: {result.stderr.strip()[-300:]}")
+                raise UserError(f"after {after} a TrainJob create is still rejected: {error}")
             time.sleep(0.5)
 
     def start_jobs(self, prefix: str, count: int, seconds: int, suspend: bool = False) -> list[str]:
@@ -320,12 +320,11 @@ class UpgradeTest:
         probe = self.trainjob("rollback-probe", self.torch_runtime())
         deadline = time.monotonic() + 60
         while True:
-            result = self.kube.kubectl("create", "--dry-run=server", "-f", "-", input_text=yaml.safe_dump(probe),
-                                       check=False)
-            if result.returncode == 0:
+            error = rejection(self.kube, probe)
+            if not error:
                 break
             if time.monotonic() > deadline:
-                raise UserError(f"after {binary} rollback the webhooks reject a TrainJob: {result.stderr.strip()[-300:]}")
+                raise UserError(f"after {binary} rollback the webhooks reject a TrainJob: {error}")
             time.sleep(0.5)
         after = snapshot(self.kube)
         # the runtimes the newer release added go with the rollback; every runtime N-1 had must be back
