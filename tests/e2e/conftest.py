@@ -23,7 +23,8 @@ module that starts a cluster of its own are there too, and importable from here 
   on the host alone (KWOK clusters on ports the OS picks, torch, JAX and XGBoost in local processes,
   the Kubeflow SDK offline) and touch nothing the real-node groups' checks look at.
 A shared cluster's users stay in one group (tests/clusters.py refuses to collect otherwise):
-`platform` and `local_cluster` are used beside, `real_platform` in the second real-node group.
+`local_cluster` is used beside, `real_platform` in the second real-node group. No e2e module uses `platform`, so
+the tier starts none (its failing-pods test runs on the integration tier's: tests/integration/test_suite_failure.py).
 """
 
 from __future__ import annotations

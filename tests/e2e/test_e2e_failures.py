@@ -1,4 +1,5 @@
-"""The e2e failure paths: failing pods, a controller that cannot start, a port already taken."""
+"""The e2e failure paths: a controller that cannot start, a port already taken (failing pods:
+tests/integration/test_suite_failure.py, on the integration tier's shared platform)."""
 
 from __future__ import annotations
 
@@ -7,14 +8,11 @@ import socket
 import time
 
 import pytest
-import yaml
 
 from conftest import run_cli
 from trainstack import paths
 from trainstack.cluster.local import pid_alive
-from trainstack.e2e import artifacts
 from trainstack.e2e import base as basemod
-from trainstack.e2e import smokejobs as smokemod
 from trainstack.e2e import suite as suitemod
 from trainstack.e2e.providers.local import LocalProvider
 
@@ -23,39 +21,6 @@ from .conftest import ONE_REAL_NODE, need_binaries
 BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
 
 pytestmark = pytest.mark.e2e
-
-
-def test_failing_pods_end_the_trainjob_failed_and_the_suite_reports_it(platform, tmp_path):
-    # the session's shared platform (tests/clusters.py); the suite's smoke namespace is this test's alone
-    suite = platform
-    suite.kube.kubectl("create", "namespace", basemod.SMOKE_NS, check=False)
-    runtime = suite.failing_runtime()
-    suite.kube.kubectl("apply", "-f", "-", input_text=yaml.safe_dump(runtime))
-    job = smokemod.SmokeJob("meant-to-complete", runtime, num_nodes=2)
-    suite.kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(job.manifest(basemod.SMOKE_NS)))
-
-    start = time.monotonic()
-    with pytest.raises(basemod.SuiteFailure) as failure:
-        suite.wait_trainjobs({"meant-to-complete": "Complete"}, timeout=120)
-    assert time.monotonic() - start < 120
-    assert "TrainJob trainstack-e2e/meant-to-complete ended Failed, expected Complete" in failure.value.message
-
-    trainjob = suite.kube.kubectl_json("get", "trainjob", "meant-to-complete", "-n", basemod.SMOKE_NS)
-    assert basemod.terminal_state(trainjob)[0] == "Failed"
-    jobset = suite.kube.kubectl_json("get", "jobset", "meant-to-complete", "-n", basemod.SMOKE_NS)
-    assert any(c["type"] == "Failed" and c["status"] == "True" for c in jobset["status"]["conditions"])
-    pods = suite.kube.kubectl_json(
-        "get", "pods", "-n", basemod.SMOKE_NS, "-l", "jobset.sigs.k8s.io/jobset-name=meant-to-complete"
-    )["items"]
-    assert pods and any(p["status"]["phase"] == "Failed" for p in pods)
-
-    # what a failed run keeps: every component's log and the YAML of the objects
-    folder = artifacts.collect("test", suite.kube, suite.provider.logs(), suite.run_dir, "summary", root=tmp_path)
-    logs = {p.name for p in (folder / "logs").iterdir()}
-    assert {"kube-apiserver.log", "etcd.log", "kwok-controller.log", "helm-install.log"} <= logs
-    assert any(name.startswith("kubeflow-trainer") for name in logs), logs
-    assert "meant-to-complete" in (folder / "objects" / "trainjobs.trainer.kubeflow.org.yaml").read_text()
-    assert "<redacted>" in (folder / "objects" / "secrets.yaml").read_text()
 
 
 def test_a_controller_that_cannot_start_stops_the_suite_with_its_log():
