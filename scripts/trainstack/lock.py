@@ -7,6 +7,7 @@ the lock file and the key, so a broken lock never surfaces as a KeyError traceba
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import os
 import re
@@ -161,6 +162,12 @@ class Lock:
     def kubernetes_scheduler_feature_gates(self) -> dict[str, bool]:
         """Feature gates of the local kube-scheduler alone, after kubernetes.featureGates (the gang's CPU fix)."""
         return self._switches("kubernetes", "schedulerFeatureGates")
+
+    def without_gates(self) -> Lock:
+        """This lock with no feature gates and no runtime config: the pinned control plane as its release comes
+        (no native gang scheduler, the scheduler's defaults)."""
+        kube = {**self.data["kubernetes"], "featureGates": {}, "schedulerFeatureGates": {}, "runtimeConfig": {}}
+        return dataclasses.replace(self, data={**self.data, "kubernetes": kube})
 
     @property
     def kubernetes_runtime_config(self) -> dict[str, bool]:

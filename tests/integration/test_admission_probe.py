@@ -4,6 +4,7 @@ webhooks and policies). Admitted is '', refused is the API server's reason, and 
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from trainstack import api
@@ -26,8 +27,6 @@ def test_admitted_is_empty_refused_is_the_servers_reason_and_nothing_is_stored(p
 
 
 def test_the_probe_samples_until_stopped(platform, namespace):
-    import time
-
     with WebhookProbe(platform.kube, trainjob(namespace, "torch-distributed"), interval=0.1) as probe:
         time.sleep(1.5)
     assert len(probe.samples) >= 5 and probe.rejected == 0 and probe.gap == 0, (probe.samples, probe.last_error)

@@ -3,7 +3,6 @@ renders a choice the cluster can honour and refuses, in one line, one it cannot 
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Iterator
 
@@ -36,9 +35,7 @@ def ungated(lock) -> Iterator[LocalCluster]:
     """A control plane of its own started from a lock without the gang gates and API (what a 1.36 cluster
     has by default): the shared clusters have them, and this check needs a cluster that lacks them."""
     need_binaries(*BINARIES, "helm")
-    bare = dataclasses.replace(lock, data={**lock.data, "kubernetes": {**lock.data["kubernetes"],
-                                                                       "featureGates": {}, "schedulerFeatureGates": {}, "runtimeConfig": {}}})
-    cluster = LocalCluster(name=f"pytest-ungated-{os.getpid()}", pools=[], lock=bare)
+    cluster = LocalCluster(name=f"pytest-ungated-{os.getpid()}", pools=[], lock=lock.without_gates())
     try:
         cluster.start()
         yield cluster

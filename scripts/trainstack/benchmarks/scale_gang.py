@@ -17,7 +17,6 @@ room; without it KWOK completes a pod at once and room is never short for long.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import time
@@ -37,12 +36,6 @@ HELD_S = 5.0
 # how far apart a job's binds were (label: upper bound in seconds)
 SPREAD_BUCKETS = {"<=1s": 1.0, "1-5s": 5.0, "5-30s": 30.0, "30-120s": 120.0, ">120s": float("inf")}
 MODES = ("off", "on")
-
-
-def ungated(lock: lockmod.Lock) -> lockmod.Lock:
-    """LOCK without the gang feature gates and API: a 1.36 control plane as it comes."""
-    kube = {**lock.data["kubernetes"], "featureGates": {}, "schedulerFeatureGates": {}, "runtimeConfig": {}}
-    return dataclasses.replace(lock, data={**lock.data, "kubernetes": kube})
 
 
 def _summary(intervals: list[tuple[float, float]], prefix: str) -> dict[str, Any]:
@@ -76,7 +69,7 @@ def partial_placement(tracker: Tracker, end: float) -> dict[str, Any]:
 def run_mode(mode: str, jobs: int, nodes: int, seed: int, env: str, run_seconds: int = 0) -> dict[str, Any]:
     """The TrainJob path on a cluster of its own with gangs `on` or `off`; each pod runs RUN_SECONDS."""
     lock = lockmod.load()
-    lock = lock if mode == "on" else ungated(lock)
+    lock = lock if mode == "on" else lock.without_gates()
     run_dir = paths.cache_dir() / "e2e" / f"bench-gang-{mode}-{os.getpid()}"
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
