@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import atexit
 import functools
+import hashlib
 import os
+import pickle
+import re
 import shutil
 import subprocess
 import sys
@@ -156,8 +159,22 @@ def _helm_template(args: tuple[str, ...], binary: str, check: bool) -> subproces
                     binary=binary, check=check)
 
 
+_PARSED: dict[bytes, bytes] = {}
+_SEPARATOR = re.compile(r"^---[ \t]*$", re.MULTILINE)
+
+
 def docs_of(text: str) -> list[dict]:
-    return [d for d in yamlio.load_all(text) if isinstance(d, dict) and d]
+    """The objects of YAML stream TEXT. Renders are megabytes, most of it CRDs that every render of the
+    chart shares: each document's text is parsed once per process and kept pickled, and every caller gets
+    objects of its own (pickle.loads is several times cheaper than building them from YAML again)."""
+    docs: list[dict] = []
+    for chunk in _SEPARATOR.split(text):
+        key = hashlib.sha256(chunk.encode()).digest()
+        if key not in _PARSED:
+            _PARSED[key] = pickle.dumps([d for d in yamlio.load_all(chunk) if isinstance(d, dict) and d],
+                                        protocol=pickle.HIGHEST_PROTOCOL)
+        docs += pickle.loads(_PARSED[key])
+    return docs
 
 
 def by_kind(docs: list[dict], kind: str) -> dict[str, dict]:

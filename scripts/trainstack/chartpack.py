@@ -9,6 +9,7 @@ source is verified against the lock before it is used.
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import hashlib
 import io
@@ -19,7 +20,15 @@ from pathlib import Path
 
 
 def module_h1(zip_path: Path) -> str:
-    """Go's dirhash Hash1 of a module zip (what go.sum and the lock record)."""
+    """Go's dirhash Hash1 of a module zip (what go.sum and the lock record). A process that verifies the same
+    unchanged file again (same path, inode, size and modification time) gets the hash it computed before:
+    Argo CD's module is tens of megabytes, and a test process reads it several times."""
+    st = zip_path.stat()
+    return _module_h1(str(zip_path.resolve()), st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=32)
+def _module_h1(zip_path: str, inode: int, size: int, mtime_ns: int) -> str:
     with zipfile.ZipFile(zip_path) as archive:
         names = sorted(n for n in archive.namelist() if not n.endswith("/"))
         summary = "".join(f"{hashlib.sha256(archive.read(n)).hexdigest()}  {n}\n" for n in names)

@@ -198,8 +198,8 @@ def test_trainjob_needing_more_nodes_than_free_binds_nothing_then_runs_when_room
     while time.monotonic() < end:
         assert gang.bound("big") == [], "a pod of a gang that cannot fit was bound"
         time.sleep(1)
-    # backoff of 1 s doubling to 10 s: a handful of cycles in 20 s (other tests' gangs on this cluster may
-    # add theirs); without the gate, hundreds of thousands
+    # backoff of 1 s doubling to the local scheduler's 2 s cap: about ten cycles in 20 s (other tests' gangs
+    # on this cluster may add theirs); without the gate, hundreds of thousands
     tried = podgroup_attempts(gang) - attempts
     assert 0 < tried <= 100, f"{tried:.0f} pod-group scheduling cycles in 20 s"
     for node in gang.nodes:

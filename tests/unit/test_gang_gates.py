@@ -78,3 +78,21 @@ def test_a_malformed_scheduler_gate_is_one_line_naming_the_entry(lock):
     bad = dataclasses.replace(lock, data={**lock.data, "kubernetes": {**lock.data["kubernetes"],
                                                                       "schedulerFeatureGates": {"X": "off"}}})
     assert any("kubernetes.schedulerFeatureGates" in p for p in bad.problems())
+
+
+def test_the_local_scheduler_reads_a_configuration_with_kwokctls_api_limits_and_a_2s_backoff_cap(lock, tmp_path):
+    """kube-scheduler ignores --kube-api-qps/--kube-api-burst once it has a file: the file carries them, and
+    caps a stuck gang's backoff (docs/scheduling.md); kwokctl_config names the file write_scheduler_config
+    writes."""
+    from trainstack import yamlio
+
+    ports = dict.fromkeys(controlplane.PORT_NAMES, 1)
+    binaries = {name: tmp_path / name for name in controlplane.BINARIES}
+    config = controlplane.kwokctl_config(lock, binaries, tmp_path, ports, (), False, tmp_path, ())[0]
+    written = controlplane.write_scheduler_config(tmp_path)
+    assert config["options"]["kubeSchedulerConfig"] == str(written)
+    scheduler = yamlio.load(written.read_text())
+    assert scheduler["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert scheduler["kind"] == "KubeSchedulerConfiguration"
+    assert scheduler["clientConnection"] == {"qps": 5000, "burst": 10000}
+    assert (scheduler["podInitialBackoffSeconds"], scheduler["podMaxBackoffSeconds"]) == (1, 2)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import lock as lockmod
+from .. import yamlio
 from . import node as nodemod
 from .kwok import stage_documents
 
@@ -25,6 +26,12 @@ REAL_NODE_SANS = (nodemod.NODE_IP, "10.96.0.1", "kubernetes", "kubernetes.defaul
                   "kubernetes.default.svc.cluster.local")
 # Components in the order kwokctl starts them; with a port base they get base+0.. in this order.
 PORT_NAMES = ("etcd", "etcd-peer", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok-controller")
+# The scheduler's configuration file in the cluster's folder (scheduler_configuration): the API limits kwokctl's
+# disableQPSLimits gives the other components, and the longest wait between two tries of an unplaced pod.
+SCHEDULER_CONFIG = "kube-scheduler.yaml"
+SCHEDULER_QPS = 5000
+SCHEDULER_BURST = 10000
+SCHEDULER_MAX_BACKOFF_S = 2
 
 
 def kwokctl_config(lock: lockmod.Lock, binaries: dict[str, Path], workdir: Path, ports: dict[str, int],
@@ -45,6 +52,8 @@ def kwokctl_config(lock: lockmod.Lock, binaries: dict[str, Path], workdir: Path,
         "cacheDir": str(workdir / "cache"),
         "kubeApiserverCertSANs": [*cert_sans, *(REAL_NODE_SANS if real_node else ())],
         "disableQPSLimits": True,
+        # kwokctl copies this file into the cluster's folder with its kubeconfig added (write_scheduler_config)
+        "kubeSchedulerConfig": str(workdir / SCHEDULER_CONFIG),
     }
     options.update(
         {
@@ -86,6 +95,24 @@ def kwokctl_config(lock: lockmod.Lock, binaries: dict[str, Path], workdir: Path,
         ]
     config["componentsPatches"] = with_feature_gates(config.get("componentsPatches", []), lock)
     return [config, *stage_documents(lock, host_namespaces)]
+
+
+def scheduler_configuration() -> dict[str, Any]:
+    """The local kube-scheduler's KubeSchedulerConfiguration. A pod the scheduler could not place waits out a
+    backoff before its next try unless an event requeues it (Kubernetes' default: 1 s doubling to 10 s). A gang
+    never gets that event (kube-scheduler 1.36 requeues pod groups by backoff alone; docs/scheduling.md), so it
+    waited up to 10 s after room appeared: here at most 2 s, for a try or two more a second per stuck gang.
+    With a file kube-scheduler ignores kwokctl's --kube-api-qps and --kube-api-burst: the same limits are here."""
+    return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+            "clientConnection": {"qps": SCHEDULER_QPS, "burst": SCHEDULER_BURST},
+            "podInitialBackoffSeconds": 1, "podMaxBackoffSeconds": SCHEDULER_MAX_BACKOFF_S}
+
+
+def write_scheduler_config(workdir: Path) -> Path:
+    """The scheduler's configuration file that kwokctl_config names, in WORKDIR."""
+    path = workdir / SCHEDULER_CONFIG
+    path.write_text(yamlio.dump(scheduler_configuration()))
+    return path
 
 
 def switches(flags: dict[str, bool]) -> str:

@@ -37,7 +37,7 @@ from . import addons, imagestore, netpol
 from . import node as nodemod
 from . import sandbox as sandboxmod
 from .common import check_ports_free, free_port, pid_alive, port_is_free, stop_pids
-from .controlplane import BINARIES, PORT_NAMES, REAL_NODE_SANS, kwokctl_config
+from .controlplane import BINARIES, PORT_NAMES, REAL_NODE_SANS, kwokctl_config, write_scheduler_config
 from .kwok import (
     FAIL_LABEL,
     GPU_RESOURCE,
@@ -168,6 +168,7 @@ class LocalCluster:
         self.workdir.mkdir(parents=True, exist_ok=True)
         config_path = self.workdir / "kwokctl.yaml"
         config_path.write_text(yaml.safe_dump_all(self._config(), sort_keys=False))
+        write_scheduler_config(self.workdir)
         self.started = True  # from here on stop() has something to clean up
         if self.real_node:
             self._start_sandbox()
