@@ -52,8 +52,7 @@ def nowhere_kubeconfig(tmp_path) -> Path:
     return path
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(("inputs", "expected"), [
+BAD_INPUTS = [
     ({"num_nodes": 0, "script": "print(1)"}, "run_trainjob: num_nodes must be at least 1, got 0"),
     ({"script": "print(1)", "command": ["true"]}, "run_trainjob: give exactly one of script"),
     ({}, "run_trainjob: give exactly one of script"),
@@ -62,9 +61,30 @@ def nowhere_kubeconfig(tmp_path) -> Path:
     ({"script": "print(1)", "files": {"../helper.py": "X = 1"}}, "files: '../helper.py' is not a plain file name"),
     ({"script": "print(1)", "script_args": ["a\\b"]}, "must not contain \\"),
     ({"script": "print(1)", "timeout_seconds": 1}, "timeout_seconds must be at least 10"),
-])
-def test_bad_input_fails_the_step_with_one_line(kubeflow_sdk, nowhere_kubeconfig, tmp_path, capsys, inputs, expected):
+]
+
+
+@pytest.mark.slow
+def test_bad_input_fails_the_step_with_one_line(kubeflow_sdk, nowhere_kubeconfig, tmp_path, capsys):
+    """One bad input as the step runs it (kfp.local: a subprocess that installs the step's packages and runs it);
+    the step's checks are its function's first lines, so the other cases below call that function directly."""
+    inputs, expected = BAD_INPUTS[0]
     assert expected in step_fails(capsys, nowhere_kubeconfig, tmp_path, **inputs)
+
+
+@pytest.mark.parametrize(("inputs", "expected"), BAD_INPUTS)
+def test_each_bad_input_is_one_error_line_before_the_step_reaches_a_cluster(nowhere_kubeconfig, monkeypatch,
+                                                                           capsys, inputs, expected):
+    """The step's own function (what kfp.local runs in its subprocess), in this process: exit 1 and one
+    `error:` line on stderr, before anything reads the cluster (whose kubeconfig answers nothing)."""
+    monkeypatch.setenv("KUBECONFIG", str(nowhere_kubeconfig))
+    with pytest.raises(SystemExit) as stopped:
+        tp.run_trainjob.python_func(namespace="team-a", **inputs)
+    assert stopped.value.code == 1
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    errors = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: run_trainjob: ") and expected in errors[0], err
 
 
 @pytest.mark.slow
