@@ -89,24 +89,28 @@ setup-cluster: setup-chart ## setup-chart + the cluster tools (etcd, kube-apiser
 	$(TS) tools install
 	$(TS) deps
 
+# The machine's busy CPU time in clock ticks (/proc/stat's cpu line: user, nice, system, irq, softirq, steal;
+# tests/support/tier_times.py busy_ticks reads the same fields), empty where there is no /proc/stat.
+BUSY_TICKS := awk '/^cpu /{print $$2+$$3+$$4+$$7+$$8+$$9}' /proc/stat 2>/dev/null
 # tier-TIER: pytest over tests/TIER alone (no prerequisites: the test-* targets bring them; tier-e2e below). Prints the wall
-# time and writes $(TEST_TIMES)/TIER.json (tier, seconds, exit, counts from pytest's junit XML);
+# time and writes $(TEST_TIMES)/TIER.json (tier, seconds, the machine's CPU seconds and busy share, exit, counts
+# from pytest's junit XML);
 # exit 5 (no tests collected) is a failure.
 $(addprefix tier-,$(filter-out e2e,$(TIERS))): tier-%:
-	@mkdir -p $(TEST_TIMES); start=$$(date +%s.%N); \
+	@mkdir -p $(TEST_TIMES); start=$$(date +%s.%N); cpu=$$($(BUSY_TICKS)); \
 	$(VENV)/bin/pytest tests/$* --junitxml=$(TEST_TIMES)/$*.xml $(TIER_ARGS_$*) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests in tests/$*" >&2; rc=1; fi; \
-	$(VENV)/bin/python tests/support/tier_times.py $* $$start $$rc $(TEST_TIMES); exit $$rc
+	$(VENV)/bin/python tests/support/tier_times.py $* $$start $$rc $(TEST_TIMES) $$cpu; exit $$rc
 
 # tier-e2e: the e2e tier's modules in three pytest processes side by side (tests/support/e2e_tier.py,
 # tests/e2e/conftest.py): the real-node modules one after another, a second real-node group (empty now),
 # and the KWOK and local-process ones beside them; JUnit files e2e.xml, e2e-real2.xml and e2e-beside.xml,
 # each group's time in e2e-groups.json.
 tier-e2e:
-	@mkdir -p $(TEST_TIMES); start=$$(date +%s.%N); \
+	@mkdir -p $(TEST_TIMES); start=$$(date +%s.%N); cpu=$$($(BUSY_TICKS)); \
 	$(VENV)/bin/python tests/support/e2e_tier.py $(TEST_TIMES) $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests in tests/e2e" >&2; rc=1; fi; \
-	$(VENV)/bin/python tests/support/tier_times.py e2e $$start $$rc $(TEST_TIMES); exit $$rc
+	$(VENV)/bin/python tests/support/tier_times.py e2e $$start $$rc $(TEST_TIMES) $$cpu; exit $$rc
 
 test: setup-gitops lint ## make lint, then every tier in order (unit, chart, integration, e2e; all run, any failure fails)
 	@rc=0; for tier in $(TIERS); do $(MAKE) --no-print-directory tier-$$tier || rc=1; done; exit $$rc

@@ -85,3 +85,26 @@ def test_a_run_is_within_budget_only_when_every_step_passed():
     assert cold["failed_steps"] == ["test-e2e"] and cold["within_budget"] is False  # 18 min cold, but it failed
     assert "within_bar" not in cold
     assert benchtests.verdict(passing, warm=False)["within_budget"] is True
+
+
+def test_a_tiers_cpu_figures_come_from_proc_stat_busy_fields(tmp_path):
+    """busy_ticks adds user, nice, system, irq, softirq and steal (not idle, not iowait), as the Makefile's awk
+    does; cpu_use turns two readings into CPU seconds and the busy share of all CPUs; the bench copies both."""
+    import os
+
+    from support import tier_times
+
+    stat = ("cpu  100 5 40 9000 70 3 2 1 0 0\ncpu0 50 2 20 4500 35 1 1 0 0 0\nintr 1 2 3\n")
+    assert tier_times.busy_ticks(stat) == 100 + 5 + 40 + 3 + 2 + 1
+    awk = subprocess.run(["awk", "/^cpu /{print $2+$3+$4+$7+$8+$9}"], input=stat, capture_output=True, text=True)
+    assert int(awk.stdout) == tier_times.busy_ticks(stat)  # the Makefile's BUSY_TICKS reads the same fields
+    tick = os.sysconf("SC_CLK_TCK")
+    cpus = os.cpu_count() or 1
+    use = tier_times.cpu_use(1000, 1000 + 30 * tick * cpus, 40.0)
+    assert use == {"cpu_seconds": 30.0 * cpus, "cpu_busy": 0.75}
+    record = tmp_path / "e2e.json"
+    record.write_text('{"tier": "e2e", "seconds": 40.0, "cpu_seconds": 60.0, "cpu_busy": 0.75}')
+    assert benchtests.tier_cpu(record) == {"cpu_seconds": 60.0, "cpu_busy": 0.75}
+    assert benchtests.tier_cpu(tmp_path / "missing.json") == {}
+    record.write_text('{"tier": "e2e", "seconds": 40.0}')  # no /proc/stat where it ran: no figures
+    assert benchtests.tier_cpu(record) == {}

@@ -4,7 +4,7 @@ It clones HEAD (committed work only) into a scratch folder, then runs what `make
 make target at a time so each is timed on its own: `make setup-gitops` (what `make test` sets up: `make
 setup` and Argo CD for the GitOps module; every step skips itself when the tool cache is warm), `make lint`, then `make test-unit`, `test-chart`, `test-integration` and
 `test-e2e`. Each tier's pytest writes a JUnit file (artifacts/test-times/TIER.xml); its counts (passed, failed, skipped, errors),
-its slowest modules and the tier's wall time go into bench/results/tests.json beside the budgets the fast-feedback work set
+its slowest modules, the tier's wall time and the CPU time the machine spent meanwhile go into bench/results/tests.json beside the budgets the fast-feedback work set
 (warm `make test` 15 minutes, bar 20; cold setup plus `make test` 60 minutes).
 """
 
@@ -68,6 +68,16 @@ def tool_cache_warm() -> bool:
     return tools_dir.is_dir() and any(tools_dir.iterdir())
 
 
+def tier_cpu(record: Path) -> dict[str, float]:
+    """cpu_seconds and cpu_busy from a tier's record (tests/support/tier_times.py: what the machine's CPUs spent
+    busy while the tier ran); none when the record or the figures are missing."""
+    try:
+        data = json.loads(record.read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: data[k] for k in ("cpu_seconds", "cpu_busy") if isinstance(data.get(k), (int, float))}
+
+
 def _make(clone: Path, target: str, log: Path, extra: dict[str, str] | None = None) -> tuple[float, int]:
     start = time.monotonic()
     env = {**os.environ, **(extra or {})}
@@ -109,6 +119,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                    "slowest_modules": junit_modules(*junits)}
             if (times / f"{tier}-groups.json").is_file():  # the e2e tier's groups, side by side
                 row["groups"] = json.loads((times / f"{tier}-groups.json").read_text())
+            row.update(tier_cpu(times / f"{tier}.json"))
             rows.append(row)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
