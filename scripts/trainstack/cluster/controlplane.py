@@ -101,7 +101,7 @@ def scheduler_configuration() -> dict[str, Any]:
     """The local kube-scheduler's KubeSchedulerConfiguration. A pod the scheduler could not place waits out a
     backoff before its next try unless an event requeues it (Kubernetes' default: 1 s doubling to 10 s). A gang
     never gets that event (kube-scheduler 1.36 requeues pod groups by backoff alone; docs/scheduling.md), so it
-    waited up to 10 s after room appeared: here at most 2 s, for a try or two more a second per stuck gang.
+    waited up to 10 s after room appeared: here at most 2 s, for a try every 2 s per stuck gang instead of every 10.
     With a file kube-scheduler ignores kwokctl's --kube-api-qps and --kube-api-burst: the same limits are here."""
     return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
             "clientConnection": {"qps": SCHEDULER_QPS, "burst": SCHEDULER_BURST},
