@@ -160,7 +160,7 @@ def _helm_template(args: tuple[str, ...], binary: str, check: bool) -> subproces
 
 
 _PARSED: dict[bytes, bytes] = {}
-_SEPARATOR = re.compile(r"^---[ \t]*$", re.MULTILINE)
+SEPARATOR = re.compile(r"^---[ \t]*$", re.MULTILINE)  # between the documents of a YAML stream
 
 
 def docs_of(text: str) -> list[dict]:
@@ -168,7 +168,7 @@ def docs_of(text: str) -> list[dict]:
     chart shares: each document's text is parsed once per process and kept pickled, and every caller gets
     objects of its own (pickle.loads is several times cheaper than building them from YAML again)."""
     docs: list[dict] = []
-    for chunk in _SEPARATOR.split(text):
+    for chunk in SEPARATOR.split(text):
         key = hashlib.sha256(chunk.encode()).digest()
         if key not in _PARSED:
             _PARSED[key] = pickle.dumps([d for d in yamlio.load_all(chunk) if isinstance(d, dict) and d],

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from conftest import helm_template
+from conftest import SEPARATOR, helm_template
 from trainstack import yamlio
 
 KIND = re.compile(r"^kind:\s*(\S+)\s*$", re.MULTILINE)
@@ -13,7 +13,7 @@ KIND = re.compile(r"^kind:\s*(\S+)\s*$", re.MULTILINE)
 
 def docs_of_kind(text: str, *kinds: str) -> list[dict]:
     found = []
-    for chunk in re.split(r"^---\s*$", text, flags=re.MULTILINE):
+    for chunk in SEPARATOR.split(text):
         match = KIND.search(chunk)
         if match and match.group(1) in kinds:
             doc = yamlio.load(chunk)

@@ -317,15 +317,7 @@ class UpgradeTest:
         self.helm(binary, "rollback", RELEASE, target, "-n", NAMESPACE, "--wait", "--timeout", "300s")
         self.kube.kubectl("wait", "--for=condition=Available", "--timeout=120s", "deployment", "--all",
                           "-n", NAMESPACE, timeout=150)
-        probe = self.trainjob("rollback-probe", self.torch_runtime())
-        deadline = time.monotonic() + 60
-        while True:
-            error = rejection(self.kube, probe)
-            if not error:
-                break
-            if time.monotonic() > deadline:
-                raise UserError(f"after {binary} rollback the webhooks reject a TrainJob: {error}")
-            time.sleep(0.5)
+        self.wait_admitted(f"{binary} rollback", 60)
         after = snapshot(self.kube)
         # the runtimes the newer release added go with the rollback; every runtime N-1 had must be back
         added = before.runtimes - getattr(self, "old_runtimes", before.runtimes)
