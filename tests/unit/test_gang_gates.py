@@ -96,3 +96,19 @@ def test_the_local_scheduler_reads_a_configuration_with_kwokctls_api_limits_and_
     assert scheduler["kind"] == "KubeSchedulerConfiguration"
     assert scheduler["clientConnection"] == {"qps": 5000, "burst": 10000}
     assert (scheduler["podInitialBackoffSeconds"], scheduler["podMaxBackoffSeconds"]) == (1, 2)
+
+
+@pytest.mark.parametrize("real_node", [False, True])
+def test_the_local_controller_manager_and_scheduler_run_without_leader_election(lock, tmp_path, real_node):
+    """One of each, alone: no Lease renewed every 2 s, no exit when the API server is away past the renew
+    deadline. The real node's own controller-manager flags stay in the same, single patch."""
+    from trainstack import yamlio
+
+    ports = dict.fromkeys(controlplane.PORT_NAMES, 1)
+    binaries = {name: tmp_path / name for name in controlplane.BINARIES}
+    config = controlplane.kwokctl_config(lock, binaries, tmp_path, ports, (), real_node, tmp_path, ())[0]
+    manager = args_of(config["componentsPatches"], "kube-controller-manager")
+    assert manager["leader-elect"] == "false"
+    assert ("node-monitor-grace-period" in manager) is real_node
+    scheduler = yamlio.load(controlplane.write_scheduler_config(tmp_path).read_text())
+    assert scheduler["leaderElection"] == {"leaderElect": False}

@@ -1,4 +1,5 @@
-"""free_port: the ports given to host servers (control planes, host controllers, registries)."""
+"""cluster/common.py: free_port, the ports given to host servers (control planes, host controllers,
+registries), and daemon_env, the environment of the local cluster's Go daemons."""
 
 from __future__ import annotations
 
@@ -34,3 +35,17 @@ def test_without_room_below_the_ephemeral_range_the_os_picks(tmp_path):
     assert port >= common.ephemeral_range()[0]  # the OS's pick: from the machine's own ephemeral range
     unreadable = tmp_path / "missing"
     assert common.ephemeral_range(unreadable) == (32768, 60999)
+
+
+def test_the_daemons_collect_garbage_less_often_unless_told(monkeypatch):
+    monkeypatch.delenv("GOGC", raising=False)
+    monkeypatch.setenv("TRAINSTACK_PROBE", "1")
+    inherited = common.daemon_env()
+    assert inherited["GOGC"] == common.DAEMON_GOGC and inherited["TRAINSTACK_PROBE"] == "1"
+    # a daemon given an environment of its own (a node's containerd) gets the setting too, and nothing else
+    assert common.daemon_env({"PATH": "/bin"}) == {"PATH": "/bin", "GOGC": common.DAEMON_GOGC}
+    # GOGC set by the caller's environment, or in the one given, wins
+    assert common.daemon_env({"GOGC": "50"})["GOGC"] == "50"
+    monkeypatch.setenv("GOGC", "200")
+    assert common.daemon_env({"PATH": "/bin"})["GOGC"] == "200"
+    assert int(common.DAEMON_GOGC) > 100  # Go's default

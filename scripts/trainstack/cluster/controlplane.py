@@ -67,6 +67,11 @@ def kwokctl_config(lock: lockmod.Lock, binaries: dict[str, Path], workdir: Path,
     )
     config: dict[str, Any] = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
                               "options": options}
+    # One controller manager and one scheduler, each alone: no leader election (scheduler_configuration too).
+    # Each would renew its Lease every 2 s, a third of the idle API server's writes; and it would exit
+    # when the API server stays away past its renew deadline (a fault test, a control-plane upgrade).
+    alone = [{"key": "leader-elect", "value": "false", "override": True}]
+    config["componentsPatches"] = [{"name": "kube-controller-manager", "extraArgs": alone}]
     if real_node:
         # Inside the sandbox: the API server also answers on the node address (pods reach it through
         # the `kubernetes` Service), Services get a CIDR kube-proxy and CoreDNS agree on, and the API
@@ -81,6 +86,7 @@ def kwokctl_config(lock: lockmod.Lock, binaries: dict[str, Path], workdir: Path,
                 {"key": "kubelet-client-key", "value": str(pki / "admin.key")},
             ]},
             {"name": "kube-controller-manager", "extraArgs": [
+                *alone,
                 {"key": "service-cluster-ip-range", "value": nodemod.SERVICE_CIDR},
                 # Kubernetes' own node monitoring (kwokctl sets 3m20s and 25s, for thousands of fake nodes):
                 # a real node that stops answering is NotReady after 50 s, as on a cluster users run
@@ -105,6 +111,7 @@ def scheduler_configuration() -> dict[str, Any]:
     With a file kube-scheduler ignores kwokctl's --kube-api-qps and --kube-api-burst: the same limits are here."""
     return {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
             "clientConnection": {"qps": SCHEDULER_QPS, "burst": SCHEDULER_BURST},
+            "leaderElection": {"leaderElect": False},  # alone, as the controller manager (kwokctl_config)
             "podInitialBackoffSeconds": 1, "podMaxBackoffSeconds": SCHEDULER_MAX_BACKOFF_S}
 
 

@@ -36,7 +36,7 @@ from ..errors import UserError, output_line
 from . import addons, imagestore, netpol
 from . import node as nodemod
 from . import sandbox as sandboxmod
-from .common import check_ports_free, free_port, pid_alive, port_is_free, stop_pids
+from .common import check_ports_free, daemon_env, free_port, pid_alive, port_is_free, stop_pids
 from .controlplane import BINARIES, PORT_NAMES, REAL_NODE_SANS, kwokctl_config, write_scheduler_config
 from .kwok import (
     FAIL_LABEL,
@@ -140,7 +140,8 @@ class LocalCluster:
 
     # -- lifecycle --------------------------------------------------------------------------
     def _env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        """kwokctl's environment, which the control plane's processes it starts inherit (GOGC included)."""
+        env = daemon_env()
         env["KWOK_WORKDIR"] = str(self.workdir)
         env["KUBECONFIG"] = str(self.kubeconfig)
         for key in [k for k in env if k.lower() in ("http_proxy", "https_proxy", "all_proxy")]:

@@ -28,7 +28,7 @@ from typing import Any
 
 from .. import proc
 from ..errors import UserError
-from .common import pid_alive
+from .common import daemon_env, pid_alive
 
 PREFIX = "trainstack-"
 NETNS_DIR = Path("/run/netns")
@@ -249,11 +249,12 @@ class Sandbox:
         return self.wait_until(f"exec 3<>/dev/tcp/127.0.0.1/{port}", timeout, alive)
 
     def start(self, name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> proc.Popen:
-        """A daemon inside the sandbox, its output in `log`."""
+        """A daemon inside the sandbox, its output in `log`, its environment ENV (default: this process's)
+        with the daemons' GOGC (common.daemon_env)."""
         log.parent.mkdir(parents=True, exist_ok=True)
         sink = log.open("a")
         return proc.start([*self.enter(), *cmd], stdout=sink, stderr=proc.STDOUT,
-                          stdin=proc.DEVNULL, env=env, start_new_session=True)
+                          stdin=proc.DEVNULL, env=daemon_env(env), start_new_session=True)
 
     def _save(self, kept: bool = False) -> None:
         OWNERS_DIR.mkdir(parents=True, exist_ok=True)

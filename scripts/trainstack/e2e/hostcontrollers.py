@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shlex
 import threading
 import time
@@ -30,6 +29,7 @@ import yaml
 
 from .. import kubeapi, proc, tools, yamlio
 from ..api import TRAINER_GROUP
+from ..cluster.common import daemon_env
 from ..cluster.local import LocalCluster, free_port, pid_alive, port_is_free, stop_pids
 from ..errors import UserError
 
@@ -340,7 +340,7 @@ class HostControllers:
             config_path = self.workdir / f"{ctl.deployment}.config.yaml"
             config_path.write_text(yaml.safe_dump(ctl.host_config(), sort_keys=False))
             cmd = ctl.command(binary, config_path, self._kubeconfig(ctl))
-            env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
+            env = {k: v for k, v in daemon_env().items() if not k.lower().endswith("_proxy")}
             env.update(
                 {
                     "TMPDIR": str(ctl.cert_dir.parent.parent),
