@@ -108,3 +108,11 @@ def test_a_tiers_cpu_figures_come_from_proc_stat_busy_fields(tmp_path):
     assert benchtests.tier_cpu(tmp_path / "missing.json") == {}
     record.write_text('{"tier": "e2e", "seconds": 40.0}')  # no /proc/stat where it ran: no figures
     assert benchtests.tier_cpu(record) == {}
+
+
+def test_the_machine_reference_takes_longer_for_more_work():
+    """The speed figure is the loop's own time: a tenfold loop takes several times as long."""
+    small = benchtests.reference_seconds(repeat=3, loop=200_000)
+    large = benchtests.reference_seconds(repeat=1, loop=2_000_000)
+    assert 0 < small < large
+    assert large > 3 * small

@@ -5,7 +5,8 @@ make target at a time so each is timed on its own: `make setup-gitops` (what `ma
 setup` and Argo CD for the GitOps module; every step skips itself when the tool cache is warm), `make lint`, then `make test-unit`, `test-chart`, `test-integration` and
 `test-e2e`. Each tier's pytest writes a JUnit file (artifacts/test-times/TIER.xml); its counts (passed, failed, skipped, errors),
 its slowest modules, the tier's wall time and the CPU time the machine spent meanwhile go into bench/results/tests.json beside the budgets the fast-feedback work set
-(warm `make test` 15 minutes, bar 20; cold setup plus `make test` 60 minutes).
+(warm `make test` 15 minutes, bar 20; cold setup plus `make test` 60 minutes), with how fast the machine was
+before and after (a fixed Python loop's seconds: runs on a shared host differ by minutes).
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ TIERS = ("unit", "chart", "integration", "e2e")
 BUDGET_WARM_S = 15 * 60
 BAR_WARM_S = 20 * 60
 BUDGET_COLD_S = 60 * 60
+# The machine's speed at the moment (reference_seconds): this kind of machine shares its host, and the same
+# commit's e2e tier has taken 739 to 896 s on it from one run to another, so each record says how fast the
+# machine was before the first step and after the last.
+REFERENCE_LOOP = 20_000_000
 
 
 def _roots(paths: tuple[Path, ...]) -> list[ET.Element]:
@@ -78,6 +83,17 @@ def tier_cpu(record: Path) -> dict[str, float]:
     return {k: data[k] for k in ("cpu_seconds", "cpu_busy") if isinstance(data.get(k), (int, float))}
 
 
+def reference_seconds(repeat: int = 3, loop: int = REFERENCE_LOOP) -> float:
+    """The fastest of REPEAT runs of a fixed pure-Python loop (the sum of the squares below LOOP), in seconds:
+    about 1.1 on this kind of machine, more when its host gives it less."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        sum(i * i for i in range(loop))
+        best = min(best, time.perf_counter() - start)
+    return round(best, 3)
+
+
 def _make(clone: Path, target: str, log: Path, extra: dict[str, str] | None = None) -> tuple[float, int]:
     start = time.monotonic()
     env = {**os.environ, **(extra or {})}
@@ -100,6 +116,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
     rows: list[dict[str, Any]] = []
+    speed = {"before_s": reference_seconds()}
     try:
         proc.run(["git", "clone", "-q", "--no-hardlinks", str(root), str(clone)], timeout=300)
         for step, target in (("setup", "setup-gitops"), ("lint", "lint")):  # make test's prerequisites
@@ -123,10 +140,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             rows.append(row)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+    speed["after_s"] = reference_seconds()
     return {
         "commit": head,
         "uncommitted_changes_left_out": dirty,
         "tool_cache_warm_at_start": warm,
+        "machine_reference": {"what": f"fastest of 3 runs of sum(i * i for i in range({REFERENCE_LOOP:_})) in "
+                                      "Python, before the first step and after the last", **speed},
         "steps": rows,
         "budget": {"warm_make_test_s": BUDGET_WARM_S, "warm_bar_s": BAR_WARM_S, "cold_setup_and_test_s": BUDGET_COLD_S},
         **verdict(rows, warm),
