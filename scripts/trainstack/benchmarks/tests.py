@@ -27,8 +27,8 @@ TIERS = ("unit", "chart", "integration", "e2e")
 BUDGET_WARM_S = 15 * 60
 BAR_WARM_S = 20 * 60
 BUDGET_COLD_S = 60 * 60
-# The machine's speed at the moment (reference_seconds): this kind of machine shares its host, and the same
-# commit's e2e tier has taken 739 to 896 s on it from one run to another, so each record says how fast the
+# The machine's speed at the moment (reference_seconds): this kind of machine shares its host, and commits that
+# differ little in it have had e2e tiers of 739 to 954 s on it from one run to another, so each record says how fast the
 # machine was before the first step and after the last.
 REFERENCE_LOOP = 20_000_000
 
@@ -85,7 +85,7 @@ def tier_cpu(record: Path) -> dict[str, float]:
 
 def reference_seconds(repeat: int = 3, loop: int = REFERENCE_LOOP) -> float:
     """The fastest of REPEAT runs of a fixed pure-Python loop (the sum of the squares below LOOP), in seconds:
-    about 1.1 on this kind of machine, more when its host gives it less."""
+    about 0.95 on this kind of machine, more when its host gives it less."""
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
