@@ -21,7 +21,7 @@ TIER_ARGS_unit := -n auto --dist loadfile
 TIER_ARGS_chart := -n auto --dist loadfile
 TIER_ARGS_integration := -n 3 --dist loadfile
 
-.PHONY: setup setup-chart setup-cluster setup-bench venv tools deps render validate generate verify test tiers test-fast test-unit test-chart test-integration test-e2e e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lint lock-check clean help
+.PHONY: setup setup-chart setup-cluster setup-bench venv tools deps render validate generate verify test test-fast test-unit test-chart test-integration test-e2e e2e e2e-data-cache e2e-lifecycle smoke-train bench bench-e2e bench-scale docs lint lock-check clean help
 .PHONY: setup-gitops e2e-gitops test-matrix chart
 
 help: ## list the targets
@@ -112,13 +112,8 @@ tier-e2e:
 	if [ $$rc -eq 5 ]; then echo "pytest collected no tests in tests/e2e" >&2; rc=1; fi; \
 	$(VENV)/bin/python tests/support/tier_times.py e2e $$start $$rc $(TEST_TIMES) $$cpu; exit $$rc
 
-test: setup-gitops lint ## make lint, then every tier: e2e in the background, beside unit, chart and integration in order (all run, any failure fails)
-	@$(MAKE) --no-print-directory tiers
-
-# tiers: every tier, no prerequisites (make test's part after lint; `trainstack bench tests` times it): the e2e tier
-# started first, beside the others (tests/support/run_tiers.py says why), its output after theirs.
-tiers:
-	@$(VENV)/bin/python tests/support/run_tiers.py $(TEST_TIMES) $(TIERS)
+test: setup-gitops lint ## make lint, then every tier in order (unit, chart, integration, e2e; all run, any failure fails)
+	@rc=0; for tier in $(TIERS); do $(MAKE) --no-print-directory tier-$$tier || rc=1; done; exit $$rc
 
 test-unit: venv ## the unit tier (tests/unit): pure Python, no built tools, seconds
 	@$(MAKE) --no-print-directory tier-unit

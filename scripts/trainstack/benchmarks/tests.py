@@ -1,14 +1,12 @@
 """`trainstack bench tests`: what `make test` costs, per tier, on a fresh clone of this checkout.
 
 It clones HEAD (committed work only) into a scratch folder, then runs what `make test` runs, one
-make target at a time: `make setup-gitops` (what `make test` sets up: `make setup` and Argo CD for the GitOps
-module; every step skips itself when the tool cache is warm), `make lint`, then `make tiers`, make test's tiers
-with the e2e tier beside the others (tests/support/run_tiers.py). Each tier writes its record
-(artifacts/test-times/TIER.json: its own wall time, counts, slowest modules, the CPU time the machine spent
-meanwhile, which counts the tiers beside it too) and JUnit files; the records go into bench/results/tests.json
-(`tiers`) beside the steps' wall times and the budgets the fast-feedback work set (warm `make test` 15 minutes,
-bar 20; cold setup plus `make test` 60 minutes), with how fast the machine was before and after (a fixed Python
-loop's seconds: runs on a shared host differ by minutes).
+make target at a time so each is timed on its own: `make setup-gitops` (what `make test` sets up: `make
+setup` and Argo CD for the GitOps module; every step skips itself when the tool cache is warm), `make lint`, then `make test-unit`, `test-chart`, `test-integration` and
+`test-e2e`. Each tier's pytest writes a JUnit file (artifacts/test-times/TIER.xml); its counts (passed, failed, skipped, errors),
+its slowest modules, the tier's wall time and the CPU time the machine spent meanwhile go into bench/results/tests.json beside the budgets the fast-feedback work set
+(warm `make test` 15 minutes, bar 20; cold setup plus `make test` 60 minutes), with how fast the machine was
+before and after (a fixed Python loop's seconds: runs on a shared host differ by minutes).
 """
 
 from __future__ import annotations
@@ -75,14 +73,14 @@ def tool_cache_warm() -> bool:
     return tools_dir.is_dir() and any(tools_dir.iterdir())
 
 
-def tier_record(record: Path, tier: str) -> dict[str, Any]:
-    """A tier's record as tests/support/tier_times.py wrote it (its wall seconds, exit, counts, slowest modules, the
-    CPU time the machine spent while it ran, the e2e tier's groups); a tier that wrote none failed before pytest."""
+def tier_cpu(record: Path) -> dict[str, float]:
+    """cpu_seconds and cpu_busy from a tier's record (tests/support/tier_times.py: what the machine's CPUs spent
+    busy while the tier ran); none when the record or the figures are missing."""
     try:
         data = json.loads(record.read_text())
     except (OSError, ValueError):
-        return {"tier": tier, "exit": None, "error": f"no record: {record.name}"}
-    return {"tier": tier, **{k: v for k, v in data.items() if k != "tier"}}
+        return {}
+    return {k: data[k] for k in ("cpu_seconds", "cpu_busy") if isinstance(data.get(k), (int, float))}
 
 
 def reference_seconds(repeat: int = 3, loop: int = REFERENCE_LOOP) -> float:
@@ -118,7 +116,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     shutil.rmtree(logs, ignore_errors=True)
     logs.mkdir(parents=True)
     rows: list[dict[str, Any]] = []
-    done: list[dict[str, Any]] = []
     speed = {"before_s": reference_seconds()}
     try:
         proc.run(["git", "clone", "-q", "--no-hardlinks", str(root), str(clone)], timeout=300)
@@ -126,16 +123,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             with progress.step(f"make {target} (fresh clone)"):
                 seconds, code = _make(clone, target, logs / f"{step}.log")
             rows.append({"step": step, "target": target, "seconds": seconds, "exit": code})
-        with progress.step(f"make tiers: {', '.join(tiers)} (fresh clone; e2e beside the others)"):
-            seconds, code = _make(clone, "tiers", logs / "tiers.log", {"TIERS": " ".join(tiers)})
-        times = clone / "artifacts" / "test-times"
-        for found in [*times.glob("*.xml"), times / "e2e.log"]:  # JUnit files (e2e: one per group), e2e's output
-            if found.is_file():
-                shutil.copy(found, logs / found.name)
-        done = [tier_record(times / f"{tier}.json", tier) for tier in tiers]
-        rows.append({"step": "tiers", "target": "tiers", "seconds": seconds, "exit": code,
-                     "passed": sum(t.get("passed", 0) for t in done),
-                     "failed_tiers": [t["tier"] for t in done if t.get("exit") != 0]})
+        for tier in tiers:
+            with progress.step(f"make test-{tier} (fresh clone)"):
+                seconds, code = _make(clone, f"test-{tier}", logs / f"test-{tier}.log")
+            # the tier target's own JUnit files: artifacts/test-times/TIER.xml, and TIER-*.xml (e2e: one per group)
+            times = clone / "artifacts" / "test-times"
+            junits = []
+            for found in [times / f"{tier}.xml", *sorted(times.glob(f"{tier}-*.xml"))]:
+                if found.is_file():
+                    junits.append(Path(shutil.copy(found, logs / found.name)))
+            row = {"step": f"test-{tier}", "tier": tier, "seconds": seconds, "exit": code, **junit_counts(*junits),
+                   "slowest_modules": junit_modules(*junits)}
+            if (times / f"{tier}-groups.json").is_file():  # the e2e tier's groups, side by side
+                row["groups"] = json.loads((times / f"{tier}-groups.json").read_text())
+            row.update(tier_cpu(times / f"{tier}.json"))
+            rows.append(row)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     speed["after_s"] = reference_seconds()
@@ -146,7 +148,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "machine_reference": {"what": f"fastest of 3 runs of sum(i * i for i in range({REFERENCE_LOOP:_})) in "
                                       "Python, before the first step and after the last", **speed},
         "steps": rows,
-        "tiers": done,
         "budget": {"warm_make_test_s": BUDGET_WARM_S, "warm_bar_s": BAR_WARM_S, "cold_setup_and_test_s": BUDGET_COLD_S},
         **verdict(rows, warm),
         "logs": str(logs),
