@@ -176,9 +176,23 @@ def main(argv: list[str] | None = None) -> int:
                   "steps_per_s": round(ran / elapsed, 3) if ran > 0 and elapsed > 0 else 0.0,
                   "checkpoint": str(checkpoint)})
     if distributed:
+        finish(rank)
+    return 0
+
+
+def finish(rank: int) -> None:
+    """The last barrier, then the process group's teardown. By then every rank ran every step with rank 0 (each
+    step's all_reduce) and rank 0 saved the checkpoint, so on another rank an error here ends no work: rank 0
+    may exit as soon as the barrier lets it, closing its connections while gloo's last message to this rank is
+    still on its way. That rank logs the error and ends as done; a restart could only fail to find rank 0
+    again. On rank 0 the error is raised."""
+    try:
         dist.barrier()
         dist.destroy_process_group()
-    return 0
+    except (RuntimeError, OSError) as err:  # torch.distributed.DistBackendError is a RuntimeError
+        if rank == 0:
+            raise
+        emit({"event": "teardown", "rank": rank, "error": str(err).splitlines()[0][:300] if str(err) else repr(err)})
 
 
 def train(args: argparse.Namespace, rank: int, world_size: int, backend: str, device: torch.device,

@@ -92,3 +92,28 @@ def test_gpu_mode_without_a_gpu_is_one_clear_line(torch_ready):
         pytest.skip("this machine has a GPU")
     result = run_cli("smoke", "train", "--gpu")
     assert_one_line_error(result, "--gpu: no CUDA GPU is visible")
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_teardown_error_after_the_last_barrier_ends_only_rank_0(torch_ready, rank, monkeypatch, capsys):
+    """examples/train_ddp.py's finish(): past the last barrier every rank trained every step and rank 0 saved
+    the checkpoint, so a connection rank 0 closed as it exited fails no other rank (it logs a teardown event
+    and ends as done: a restart could never find rank 0 again); on rank 0 the error stands."""
+    spec = importlib.util.spec_from_file_location("train_ddp_finish", Path(__file__).resolve().parents[2] /
+                                                  "examples" / "train_ddp.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+    def barrier():
+        raise RuntimeError("[gloo/transport/tcp/pair.cc:598] Connection closed by peer [10.244.0.5]:29500")
+
+    monkeypatch.setattr(module.dist, "barrier", barrier)
+    if rank == 0:
+        with pytest.raises(RuntimeError, match="Connection closed by peer"):
+            module.finish(0)
+        return
+    module.finish(rank)
+    [event] = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert event["event"] == "teardown" and event["rank"] == 1 and "Connection closed" in event["error"]

@@ -32,6 +32,7 @@ from . import netreach
 from . import tracking as trackingmod
 from .base import GROUP, RELEASE, SMOKE_NS, VERSION, Outcome, StepFn, SuiteFailure
 from .cannotstart import cannot_start
+from .firstfailure import FirstFailures
 from .smokejobs import SmokeJob, golden_runtimes
 from .suitestate import SuiteState
 
@@ -212,10 +213,15 @@ def train_with_sdk(kube: Any, kubeconfig: Path, real_nodes: list[Any], timeout: 
     before = {n.name: n.sandbox.link_bytes() for n in linked}
     name = submit(kubeconfig, ["--steps", str(STEPS), "--seed", "0", "--hidden", str(HIDDEN), "--output-dir", OUTPUT],
                   cpu=pod_cpu(len(real_nodes)))
+    first = FirstFailures(kube, SMOKE_NS, lambda: pods_of(kube, name))
     try:
-        tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=1)
+        tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=1,
+                               callbacks=[first.check])
     except (RuntimeError, TimeoutError, ValueError) as err:
-        raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {why_not_complete(kube, name, err)}") from None
+        first.check()
+        earlier = f"; {first.summary()}" if first.found else ""
+        raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {why_not_complete(kube, name, err)}"
+                              f"{earlier}") from None
     after = {n.name: n.sandbox.link_bytes() for n in linked}
     lines = list(tc.get_job_logs(name))
     loss = losses(lines)
@@ -242,7 +248,8 @@ def train_with_sdk(kube: Any, kubeconfig: Path, real_nodes: list[Any], timeout: 
                                   f"{f['node_pod_cidr']}")
     used = sorted({f["node"] for f in pods})
     result: dict[str, Any] = {"name": name, "loss_first": loss[0], "loss_last": loss[-1], "pods": pods,
-                              "nodes": used, "runtimes": listed, "params": start[0].get("params")}
+                              "nodes": used, "runtimes": listed, "params": start[0].get("params"),
+                              "first_failures": first.found}  # a rank that failed once yet the job completed
     # all or nothing, where the control plane runs the native gang scheduler (the lock's gates: 1.36 only; the
     # other releases of `make test-matrix` serve no PodGroups): the Job controller gave the node step's Job one
     # PodGroup of the job's size, and the scheduler bound both pods together (tests/integration/test_gang.py
