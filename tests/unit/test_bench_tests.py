@@ -110,6 +110,15 @@ def test_a_tiers_cpu_figures_come_from_proc_stat_busy_fields(tmp_path):
     assert benchtests.tier_cpu(record) == {}
 
 
+def test_the_machine_speed_figures_take_longer_for_more_work(tmp_path):
+    """Ten times the process starts or the synced writes take longer; the record names all three figures."""
+    assert 0 < benchtests.start_seconds(repeat=1, starts=2) < benchtests.start_seconds(repeat=1, starts=20)
+    assert 0 < benchtests.sync_seconds(tmp_path, repeat=1, files=2) < benchtests.sync_seconds(tmp_path, repeat=1,
+                                                                                              files=40)
+    assert list(tmp_path.iterdir()) == []  # the scratch files are removed
+    assert set(benchtests.machine_speed(tmp_path)) == {"python_loop_s", "process_starts_s", "synced_writes_s"}
+
+
 def test_the_machine_reference_takes_longer_for_more_work():
     """The speed figure is the loop's own time: a tenfold loop takes several times as long."""
     small = benchtests.reference_seconds(repeat=3, loop=200_000)

@@ -31,6 +31,7 @@ import yaml
 from .. import images, paths
 from . import tracking as trackingmod
 from .base import GROUP, RELEASE, SMOKE_NS, VERSION, Outcome, StepFn
+from .jobpods import pod_facts, pods_of
 from .realnode import (
     NODES,
     RealNodeFailure,
@@ -38,9 +39,7 @@ from .realnode import (
     client,
     events,
     example_module,
-    pod_facts,
-    pods_of,
-    why_not_complete,
+    wait_complete,
 )
 from .smokejobs import golden_runtimes
 
@@ -120,9 +119,7 @@ def train_framework_with_sdk(kube: Any, kubeconfig: Path, framework: str, lock: 
     # an MPI job's node pods are deleted once its launcher ends (JobSet's success policy): seen while they run
     seen = watch or (PodWatch(kube, name) if fw.mpi else None)
     try:
-        tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=1)
-    except (RuntimeError, TimeoutError, ValueError) as err:
-        raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {why_not_complete(kube, name, err)}") from None
+        wait_complete(tc, kube, name, timeout)
     finally:
         if seen:
             seen.stop()

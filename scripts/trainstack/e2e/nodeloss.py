@@ -22,7 +22,8 @@ from typing import Any
 from .. import kubeapi
 from ..errors import UserError
 from .base import GROUP, SMOKE_NS, VERSION, terminal_state
-from .realnode import OUTPUT, client, events, pod_facts, pods_of, submit
+from .jobpods import pod_facts, pods_of
+from .realnode import OUTPUT, client, events, submit
 
 STEPS = 3000
 EVERY = 50

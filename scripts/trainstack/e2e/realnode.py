@@ -32,7 +32,7 @@ from . import netreach
 from . import tracking as trackingmod
 from .base import GROUP, RELEASE, SMOKE_NS, VERSION, Outcome, StepFn, SuiteFailure
 from .cannotstart import cannot_start
-from .firstfailure import FirstFailures
+from .jobpods import FirstFailures, pod_facts, pods_of, why_not_complete
 from .smokejobs import SmokeJob, golden_runtimes
 from .suitestate import SuiteState
 
@@ -118,27 +118,20 @@ def submit(kubeconfig: Path, train_args: list[str], cpu: str = "500m", memory: s
     return client(kubeconfig).train(runtime=RUNTIME, trainer=sdk.build_trainer(args))
 
 
-def pods_of(kube: Any, name: str) -> list[dict[str, Any]]:
-    api = kubeapi.for_kube(kube)
-    return kubeapi.items(api, kubeapi.resource(api, "pods", SMOKE_NS), label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
-
-
-def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
-    """A pod as the e2e reads it: its index in its Job (the node rank), node, pod IP, phase, and the `node`
-    container's exit code and container ID."""
-    status = pod.get("status") or {}
-    containers = {c["name"]: c for c in status.get("containerStatuses") or []}
-    main: dict[str, Any] = containers.get("node") or next(iter(containers.values()), {})
-    ended = (main.get("state") or {}).get("terminated") or {}
-    index = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-completion-index")
-    scheduled = next((c.get("lastTransitionTime") for c in status.get("conditions") or []
-                      if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
-    return {"pod": pod["metadata"]["name"], "hostname": pod["spec"].get("hostname"),
-            "index": int(index) if index is not None else None,
-            "node": pod["spec"].get("nodeName"), "ip": status.get("podIP"), "scheduled_at": scheduled,
-            "pod_group": (pod["spec"].get("schedulingGroup") or {}).get("podGroupName"),
-            "image": next((c.get("image") for c in pod["spec"].get("containers", []) if c.get("name") == "node"), None),
-            "phase": status.get("phase"), "exit_code": ended.get("exitCode"), "container_id": main.get("containerID")}
+def wait_complete(tc: Any, kube: Any, name: str, timeout: int) -> FirstFailures:
+    """Wait through the SDK for TrainJob NAME to be Complete, reading each pod's first failed container log as it
+    happens (jobpods.FirstFailures: what it found, for the result); RealNodeFailure with why it did not complete,
+    those logs included."""
+    first = FirstFailures(kube, SMOKE_NS, lambda: pods_of(kube, name))
+    try:
+        tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=1,
+                               callbacks=[first.check])
+    except (RuntimeError, TimeoutError, ValueError) as err:
+        first.check()
+        earlier = f"; {first.summary()}" if first.found else ""
+        raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {why_not_complete(kube, name, err)}"
+                              f"{earlier}") from None
+    return first
 
 
 def gang_of(kube: Any, name: str, pods: list[dict[str, Any]]) -> dict[str, Any]:
@@ -158,35 +151,6 @@ def gang_of(kube: Any, name: str, pods: list[dict[str, Any]]) -> dict[str, Any]:
     times = sorted(datetime.fromisoformat(p["scheduled_at"]) for p in pods if p["scheduled_at"])
     spread = (times[-1] - times[0]).total_seconds() if len(times) == len(pods) else None
     return {"pod_group": group, "min_count": (policy.get("gang") or {}).get("minCount"), "bound_within_s": spread}
-
-
-def why_not_complete(kube: Any, name: str, err: BaseException) -> str:
-    """One line on a TrainJob that did not reach Complete: what the SDK said, then each pod's phase, node,
-    exit code and reason, and the last log line of each container that ended non-zero (what a person
-    debugging it reads first; the artifacts hold the rest)."""
-    parts = [str(err).splitlines()[0][:300] if str(err) else type(err).__name__]
-    try:
-        pods = pods_of(kube, name)
-    except (UserError, OSError) as read_err:
-        return f"{parts[0]} (its pods could not be read: {read_err})"
-    for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
-        facts = pod_facts(pod)
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        ended = next(((c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated") or {}
-                      for c in statuses if c.get("name") == "node"), {})
-        line = f"{facts['pod']} on {facts['node']}: {facts['phase']}"
-        if ended:
-            line += f" exit {ended.get('exitCode')} ({ended.get('reason', '')})"
-            if ended.get("exitCode"):
-                try:
-                    logs = kube.kubectl("logs", facts["pod"], "-n", SMOKE_NS, "-c", "node", "--tail", "3",
-                                        check=False).stdout.strip().splitlines()
-                except UserError:
-                    logs = []
-                if logs:
-                    line += f": {logs[-1][:300]}"
-        parts.append(line)
-    return "; ".join(parts)
 
 
 def in_cidr(ip: str | None, cidr: str | None) -> bool:
@@ -213,15 +177,7 @@ def train_with_sdk(kube: Any, kubeconfig: Path, real_nodes: list[Any], timeout: 
     before = {n.name: n.sandbox.link_bytes() for n in linked}
     name = submit(kubeconfig, ["--steps", str(STEPS), "--seed", "0", "--hidden", str(HIDDEN), "--output-dir", OUTPUT],
                   cpu=pod_cpu(len(real_nodes)))
-    first = FirstFailures(kube, SMOKE_NS, lambda: pods_of(kube, name))
-    try:
-        tc.wait_for_job_status(name, status={"Complete"}, timeout=timeout, polling_interval=1,
-                               callbacks=[first.check])
-    except (RuntimeError, TimeoutError, ValueError) as err:
-        first.check()
-        earlier = f"; {first.summary()}" if first.found else ""
-        raise RealNodeFailure(f"TrainJob {name} did not reach Complete: {why_not_complete(kube, name, err)}"
-                              f"{earlier}") from None
+    first = wait_complete(tc, kube, name, timeout)
     after = {n.name: n.sandbox.link_bytes() for n in linked}
     lines = list(tc.get_job_logs(name))
     loss = losses(lines)

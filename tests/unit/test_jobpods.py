@@ -1,10 +1,10 @@
-"""e2e/firstfailure.py: a pod's first failed container log is read once, while the kubelet still has it."""
+"""e2e/jobpods.py: a pod's first failed container log is read once, while the kubelet still has it."""
 
 from __future__ import annotations
 
 from types import SimpleNamespace
 
-from trainstack.e2e.firstfailure import FirstFailures
+from trainstack.e2e.jobpods import FirstFailures
 
 
 def pod(name: str, restarts: int, exit_code: int | None = None) -> dict:
