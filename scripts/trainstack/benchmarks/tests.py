@@ -6,7 +6,8 @@ setup` and Argo CD for the GitOps module; every step skips itself when the tool 
 `test-e2e`. Each tier's pytest writes a JUnit file (artifacts/test-times/TIER.xml); its counts (passed, failed, skipped, errors),
 its slowest modules, the tier's wall time and the CPU time the machine spent meanwhile go into bench/results/tests.json beside the budgets the fast-feedback work set
 (warm `make test` 15 minutes, bar 20; cold setup plus `make test` 60 minutes), with how fast the machine was
-before and after (a fixed Python loop's seconds: runs on a shared host differ by minutes).
+before and after (machine_speed: a fixed Python loop, process starts and synced writes; runs on a shared host
+differ by minutes).
 """
 
 from __future__ import annotations

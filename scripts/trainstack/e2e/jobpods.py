@@ -26,11 +26,11 @@ def pods_of(kube: Any, name: str) -> list[dict[str, Any]]:
 
 
 def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
-    """A pod as the e2e reads it: its index in its Job (the node rank), node, pod IP, phase, and the `node`
-    container's exit code and container ID."""
+    """A pod as the e2e reads it: its index in its Job (the node rank), node, pod IP, phase, and the trainer
+    container's (CONTAINER) exit code and container ID."""
     status = pod.get("status") or {}
     containers = {c["name"]: c for c in status.get("containerStatuses") or []}
-    main: dict[str, Any] = containers.get("node") or next(iter(containers.values()), {})
+    main: dict[str, Any] = containers.get(CONTAINER) or next(iter(containers.values()), {})
     ended = (main.get("state") or {}).get("terminated") or {}
     index = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-completion-index")
     scheduled = next((c.get("lastTransitionTime") for c in status.get("conditions") or []
@@ -39,7 +39,7 @@ def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
             "index": int(index) if index is not None else None,
             "node": pod["spec"].get("nodeName"), "ip": status.get("podIP"), "scheduled_at": scheduled,
             "pod_group": (pod["spec"].get("schedulingGroup") or {}).get("podGroupName"),
-            "image": next((c.get("image") for c in pod["spec"].get("containers", []) if c.get("name") == "node"), None),
+            "image": next((c.get("image") for c in pod["spec"].get("containers", []) if c.get("name") == CONTAINER), None),
             "phase": status.get("phase"), "exit_code": ended.get("exitCode"), "container_id": main.get("containerID")}
 
 
@@ -56,13 +56,13 @@ def why_not_complete(kube: Any, name: str, err: BaseException) -> str:
         facts = pod_facts(pod)
         statuses = (pod.get("status") or {}).get("containerStatuses") or []
         ended = next(((c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated") or {}
-                      for c in statuses if c.get("name") == "node"), {})
+                      for c in statuses if c.get("name") == CONTAINER), {})
         line = f"{facts['pod']} on {facts['node']}: {facts['phase']}"
         if ended:
             line += f" exit {ended.get('exitCode')} ({ended.get('reason', '')})"
             if ended.get("exitCode"):
                 try:
-                    logs = kube.kubectl("logs", facts["pod"], "-n", SMOKE_NS, "-c", "node", "--tail", "3",
+                    logs = kube.kubectl("logs", facts["pod"], "-n", SMOKE_NS, "-c", CONTAINER, "--tail", "3",
                                         check=False).stdout.strip().splitlines()
                 except UserError:
                     logs = []
