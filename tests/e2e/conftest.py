@@ -6,19 +6,22 @@ module that starts a cluster of its own are there too, and importable from here 
 - the real-node group: every module that starts a real node or a sandbox (a network namespace), runs
   `trainstack e2e` or `e2e down`, or checks what such a run leaves on the host (iptables, sysctls,
   network namespaces, cgroups, run folders): one module after another, as in a plain `pytest tests/e2e`;
-  the local-process modules (the torch smoke, the frameworks' and the tracking example's local runs) stay
-  beside: moved into the real-node groups to even the groups out, they gained 15 s in one run (groups 770,
-  713, 749 s where 677, 673, 786 before) and lost 150 in the next (the torch smoke took 93 s there, 27 beside;
-  6 December 2026); the tier is CPU-bound, so only less work makes it faster;
+  the CPU-heavy local-process modules (the torch smoke, the frameworks' local runs) stay beside: moved into
+  the real-node groups to even the groups out, they gained 15 s in one run (groups 770, 713, 749 s where
+  677, 673, 786 before) and lost 150 in the next (the torch smoke took 93 s there, 27 beside; 6 December
+  2026). Light modules do move: the beside group was the longest (636 s, against 559 and 596 for the
+  real-node groups, in the fresh-clone run of b165ce9), so the e2e failure paths (KWOK clusters,
+  `trainstack e2e` stopped at its start) and the SDK's fine-tuning check (no cluster) run here;
 - the second real-node group (`-m real_nodes_2`): the modules that declare `REAL_NODE_GROUP = 2`. They
   may start real nodes too, on clusters of their own (each cluster has its own namespaces, cgroups,
   forwarded ports and image stores; images are built one at a time, cluster/imagestore.py,
   images.REGISTRY_LOCK), but never run the `trainstack e2e` command nor `e2e down`, so the first group's
   checks of what a command run leaves (its processes, its sandboxes) stay their own: the real platform
-  (`test_real_platform`, `test_lifecycle_real`) and node loss (`test_node_loss`). The timing-bound tests
-  that failed now and then on this 2-core machine with three groups at once are made to ride out the load:
-  a host controller that exits at start is started again (e2e/hostcontrollers.py), and the teams' Kueue
-  waits longer for PodsReady (e2e/teams_live.py);
+  (`test_real_platform`, `test_lifecycle_real`) and node loss (`test_node_loss`), and, to even the groups
+  out, the tracking example's local runs (`test_example_tracking`: no cluster, mostly waiting on the
+  MLflow client's retries). The timing-bound tests that failed now and then on this 2-core machine with
+  three groups at once are made to ride out the load: a host controller that exits at start is started
+  again (e2e/hostcontrollers.py), and the teams' Kueue waits longer for PodsReady (e2e/teams_live.py);
 - beside them (`-m beside_real_nodes`): the modules that declare `BESIDE_REAL_NODES = True`. They run
   on the host alone (KWOK clusters on ports the OS picks, torch, JAX and XGBoost in local processes,
   the Kubeflow SDK offline) and touch nothing the real-node groups' checks look at.

@@ -18,7 +18,7 @@ from trainstack.e2e.providers.local import LocalProvider
 
 from .conftest import ONE_REAL_NODE, need_binaries
 
-BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
+# the first real-node group (tests/e2e/conftest.py): KWOK clusters only, moved there to even the groups out
 
 pytestmark = pytest.mark.e2e
 

@@ -259,7 +259,7 @@ def _delete_trainjobs(cluster, namespace: str) -> None:
     ("team-a", {"runtime": "nope"},
      "run_trainjob: runtime 'nope' does not exist in namespace team-a or cluster-wide (runtimes: no-output, torch-distributed)"),
     ("team-b", {}, "run_trainjob: namespace team-b: this step may not read TrainingRuntimes there (403 "),
-    ("team-a", {"timeout_seconds": 12}, " did not finish within 12s (status Created)"),
+    ("team-a", {"timeout_seconds": 10}, " did not finish within 10s (status Created)"),  # the least the step takes
     ("team-a", {"runtime": "no-output"}, ("run_trainjob: runtime no-output mounts no output volume, so a checkpoint "
                                          "would not outlive the pods: turn on runtimes.defaults.output.enabled")),
 ])

@@ -25,6 +25,7 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from functools import partial
 from typing import Any
 
@@ -225,11 +226,13 @@ __all__ = ["NAMESPACE", "FaultRow", "Faults"]
 # -- the real node -------------------------------------------------------------------------------------
 
 
-def real_node_fault(suite: Any, component: str, seconds: int = 40, jobs: int = 1) -> FaultRow:
+def real_node_fault(suite: Any, component: str, seconds: int = 20, jobs: int = 1) -> FaultRow:
     """On the local cluster's real node: start `jobs` TrainJobs whose pods really run for `seconds`, wait
     until they run, restart `component` (kubelet or containerd) the way systemd would, and check that
     every TrainJob ends Complete with its containers never restarted (kubelet re-adopts the running pods;
-    containerd's shims keep the containers alive)."""
+    containerd's shims keep the containers alive). `outlived` in the row's data: every container ended
+    after the daemon was started again, so the fault hit containers that were running (a daemon away
+    for longer than the containers' `seconds` would have proved nothing)."""
     kube = suite.kube
     real = {n.name: n for n in suite.provider.cluster.nodes}
     runtime = next(r for r in golden_runtimes(suite.rendered) if suite.provider.is_real(
@@ -259,14 +262,20 @@ def real_node_fault(suite: Any, component: str, seconds: int = 40, jobs: int = 1
     node = real[max(set(hosts), key=hosts.count)]
     start = time.monotonic()
     away = node.restart(component)
+    back = datetime.now(UTC)
     states = suite.wait_trainjobs({n: "Complete" for n in names}, timeout=suite.provider.job_timeout)
     recovered = time.monotonic() - start
     pods = kubeapi.items(api, kubeapi.pods(api), namespace=SMOKE_NS, label_selector=selector)
     restarts = sum(c.get("restartCount", 0) for p in pods for c in (p.get("status") or {}).get("containerStatuses") or [])
     same = uids <= {p["metadata"]["uid"] for p in pods}
+    ended = [c["state"]["terminated"].get("finishedAt") for p in pods
+             for c in (p.get("status") or {}).get("containerStatuses") or [] if "terminated" in (c.get("state") or {})]
+    # finishedAt is whole seconds, rounded down: a container that ended after BACK shows BACK's second or later
+    outlived = bool(ended) and all(e and datetime.fromisoformat(e) >= back.replace(microsecond=0) for e in ended)
     lost = sum(1 for n in names if n not in states) + (0 if same else 1)
     detail = (f"{component} on {node.name} away {away:.1f}s; pods kept (same uids: {same}), container restarts {restarts}; "
               f"ended Complete")
     return FaultRow(f"{component} restarted (real node)", len(running), lost, round(recovered, 1), detail,
                     {"node": node.name, "away_s": round(away, 1), "same_pods": same, "container_restarts": restarts,
+                     "outlived": outlived,
                      "completed": sorted(states)})
