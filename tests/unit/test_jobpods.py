@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
-from trainstack.e2e.jobpods import FirstFailures
+from trainstack.e2e.jobpods import FirstFailures, ended_after
 
 
 def pod(name: str, restarts: int, exit_code: int | None = None) -> dict:
@@ -48,3 +49,17 @@ def test_pods_that_cannot_be_read_are_read_at_the_next_poll():
     first = FirstFailures(Kube(), "smoke", unreadable)
     first.check()
     assert first.found == {} and first.summary() == ""
+
+
+def _ended(*finished: str | None) -> list[dict]:
+    """One pod whose containers ended at FINISHED (None: still running)."""
+    states = [{"terminated": {"exitCode": 0, "finishedAt": f}} if f else {"running": {}} for f in finished]
+    return [{"status": {"containerStatuses": [{"name": f"c{i}", "state": s} for i, s in enumerate(states)]}}]
+
+
+def test_ended_after_needs_every_container_ended_at_that_second_or_later():
+    back = datetime(2026, 12, 7, 9, 0, 5, 400_000, tzinfo=UTC)
+    assert ended_after(_ended("2026-12-07T09:00:05Z", "2026-12-07T09:00:30Z"), back)  # the same second counts
+    assert not ended_after(_ended("2026-12-07T09:00:04Z", "2026-12-07T09:00:30Z"), back)  # one ended before
+    assert not ended_after(_ended("2026-12-07T09:00:30Z", None), back)  # one still running
+    assert not ended_after([], back) and not ended_after(_ended(), back)  # nothing ended proves nothing

@@ -35,6 +35,7 @@ from .. import kubeapi, progress
 from ..errors import UserError
 from .base import NAMESPACE, SMOKE_NS
 from .clusterstate import losses, rejection, snapshot, terminal
+from .jobpods import ended_after
 from .smokejobs import SmokeJob, golden_runtimes
 from .upgrade import JOBS_NS, UpgradeTest
 
@@ -268,14 +269,10 @@ def real_node_fault(suite: Any, component: str, seconds: int = 20, jobs: int = 1
     pods = kubeapi.items(api, kubeapi.pods(api), namespace=SMOKE_NS, label_selector=selector)
     restarts = sum(c.get("restartCount", 0) for p in pods for c in (p.get("status") or {}).get("containerStatuses") or [])
     same = uids <= {p["metadata"]["uid"] for p in pods}
-    ended = [c["state"]["terminated"].get("finishedAt") for p in pods
-             for c in (p.get("status") or {}).get("containerStatuses") or [] if "terminated" in (c.get("state") or {})]
-    # finishedAt is whole seconds, rounded down: a container that ended after BACK shows BACK's second or later
-    outlived = bool(ended) and all(e and datetime.fromisoformat(e) >= back.replace(microsecond=0) for e in ended)
+    outlived = ended_after(pods, back)
     lost = sum(1 for n in names if n not in states) + (0 if same else 1)
     detail = (f"{component} on {node.name} away {away:.1f}s; pods kept (same uids: {same}), container restarts {restarts}; "
               f"ended Complete")
     return FaultRow(f"{component} restarted (real node)", len(running), lost, round(recovered, 1), detail,
                     {"node": node.name, "away_s": round(away, 1), "same_pods": same, "container_restarts": restarts,
-                     "outlived": outlived,
-                     "completed": sorted(states)})
+                     "outlived": outlived, "completed": sorted(states)})

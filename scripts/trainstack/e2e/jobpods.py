@@ -10,6 +10,7 @@ kubelet still has it.
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from .. import kubeapi
@@ -41,6 +42,16 @@ def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
             "pod_group": (pod["spec"].get("schedulingGroup") or {}).get("podGroupName"),
             "image": next((c.get("image") for c in pod["spec"].get("containers", []) if c.get("name") == CONTAINER), None),
             "phase": status.get("phase"), "exit_code": ended.get("exitCode"), "container_id": main.get("containerID")}
+
+
+def ended_after(pods: list[dict[str, Any]], since: datetime) -> bool:
+    """Whether every container of PODS has ended, and each at SINCE or later: the containers outlived what
+    happened at SINCE (a node daemon's restart). finishedAt is whole seconds, rounded down, so a container that
+    ended after SINCE shows SINCE's second or a later one."""
+    statuses = [c for p in pods for c in (p.get("status") or {}).get("containerStatuses") or []]
+    ended = [((c.get("state") or {}).get("terminated") or {}).get("finishedAt") for c in statuses]
+    floor = since.replace(microsecond=0)
+    return bool(ended) and all(e and datetime.fromisoformat(e) >= floor for e in ended)
 
 
 def why_not_complete(kube: Any, name: str, err: BaseException) -> str:
