@@ -1,7 +1,8 @@
 """Faults on the local cluster's real node (kubelet + containerd in the cluster's namespaces, the
 chart's controllers as pods): kubelet restarted while training pods run, then containerd
 restarted. Each TrainJob's pod really runs (the CPU torch image, a 20 s step) and is still running
-when the daemon is back; after the restart the same pods, with no container restart, end Complete. One real-node cluster for both faults.
+when the daemon is back; after the restart the same pods, with no container restart, end Complete.
+One real-node cluster for both faults.
 """
 
 from __future__ import annotations
