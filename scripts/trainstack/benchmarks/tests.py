@@ -20,6 +20,7 @@ import sys
 import tempfile
 import time
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,44 +89,47 @@ def tier_cpu(record: Path) -> dict[str, float]:
     return {k: data[k] for k in ("cpu_seconds", "cpu_busy") if isinstance(data.get(k), (int, float))}
 
 
-def reference_seconds(repeat: int = 3, loop: int = REFERENCE_LOOP) -> float:
-    """The fastest of REPEAT runs of a fixed pure-Python loop (the sum of the squares below LOOP), in seconds:
-    about 0.95 on this kind of machine, more when its host gives it less."""
+def _fastest(work: Callable[[], object], repeat: int) -> float:
+    """The fastest of REPEAT runs of WORK(), in seconds (rounded to the millisecond)."""
     best = float("inf")
     for _ in range(repeat):
         start = time.perf_counter()
-        sum(i * i for i in range(loop))
+        work()
         best = min(best, time.perf_counter() - start)
     return round(best, 3)
+
+
+def reference_seconds(repeat: int = 3, loop: int = REFERENCE_LOOP) -> float:
+    """The fastest of REPEAT runs of a fixed pure-Python loop (the sum of the squares below LOOP), in seconds:
+    about 0.95 on this kind of machine, more when its host gives it less."""
+    return _fastest(lambda: sum(i * i for i in range(loop)), repeat)
 
 
 def start_seconds(repeat: int = 3, starts: int = STARTS) -> float:
     """The fastest of REPEAT runs of STARTS Python interpreters started one after another (`python -c pass`), in
     seconds: what starting a process costs (the suite starts thousands: kubectl, helm, runc, python)."""
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter()
+
+    def start_all() -> None:
         for _ in range(starts):
             proc.run([sys.executable, "-c", "pass"], timeout=60)
-        best = min(best, time.perf_counter() - start)
-    return round(best, 3)
+
+    return _fastest(start_all, repeat)
 
 
 def sync_seconds(folder: Path, repeat: int = 3, files: int = SYNCED_FILES) -> float:
     """The fastest of REPEAT runs of writing FILES files of 256 KiB in FOLDER, each flushed to disk (fsync), in
     seconds: what etcd's and containerd's synced writes wait for."""
     block = os.urandom(256 * 1024)
-    best = float("inf")
     with tempfile.TemporaryDirectory(prefix="reference-", dir=folder) as scratch:
-        for _ in range(repeat):
-            start = time.perf_counter()
+
+        def write_all() -> None:
             for i in range(files):
                 with open(Path(scratch) / f"{i}", "wb") as out:
                     out.write(block)
                     out.flush()
                     os.fsync(out.fileno())
-            best = min(best, time.perf_counter() - start)
-    return round(best, 3)
+
+        return _fastest(write_all, repeat)
 
 
 def machine_speed(folder: Path) -> dict[str, float]:
