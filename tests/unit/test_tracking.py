@@ -3,12 +3,17 @@ one place in the lock), the e2e's values, and what the e2e's check calls a missi
 
 from __future__ import annotations
 
+import signal
+import socket
+import subprocess
 import sys
+import time
 import zipfile
+from pathlib import Path
 
 import pytest
 
-from trainstack import images, trainenv, yamlio
+from trainstack import images, paths, trainenv, yamlio
 from trainstack.e2e import tracking
 from trainstack.e2e.base import SMOKE_NS
 from trainstack.e2e.providers import local as localprov
@@ -143,3 +148,35 @@ def test_metrics_missing_an_alerts_series_or_a_kind_of_request_are_named():
     never_refused = SCRAPE.replace('status="403"', 'status="200"')
     assert [p.split(" (")[0] for p in tracking.metrics_problems(never_refused, served)] == [
         "no refused request counted"]
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether process PID has a handler for SIGTERM (/proc/PID/status, SigCgt: a mask, bit N-1 for signal N)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigCgt:"):
+            return bool(int(line.split()[1], 16) >> (signal.SIGTERM - 1) & 1)
+    return False
+
+
+def test_the_accounts_sidecar_stops_on_sigterm(tmp_path):
+    """The accounts sidecar runs `accounts.py sync` as its container's PID 1, and the kernel delivers PID 1 no
+    signal it has no handler for: without its own SIGTERM handler, every stop of the tracking pod (each upgrade's
+    Recreate) waited out the pod's 30 s grace period before the kubelet killed it. Here, waiting for a server that
+    never answers, the sidecar has a SIGTERM handler, and SIGTERM ends it at once through it (exit 0, not the
+    signal's default action)."""
+    with socket.socket() as s:  # a port nothing listens on: the sidecar keeps waiting for the server
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    script = paths.repo_root() / "charts/trainstack/files/tracking/accounts.py"
+    proc = subprocess.Popen([sys.executable, str(script), "sync"], env={"PATH": "/usr/bin:/bin", "PORT": str(port)},
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not _catches_sigterm(proc.pid):
+            assert proc.poll() is None and time.monotonic() < deadline, "no SIGTERM handler"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0, proc.communicate()[0]
+    finally:
+        proc.kill()
+        proc.communicate()
