@@ -65,7 +65,7 @@ def repository_tag(name: str, lock: lockmod.Lock) -> tuple[str, str]:
         return image.repository, image.tag
     if entry.get("kind") == "torch":
         return str(entry["repository"]), f"{_torch_wheel(lock)[1]}-{_debian(spec(str(entry['base']), lock))[0]}"
-    if entry.get("kind") == "debian" and "repository" in entry:
+    if entry.get("kind") == "debian" and "repository" in entry and "tag" not in entry:
         return str(entry["repository"]), _debian(entry)[0]
     if entry.get("kind") == "python" and "repository" in entry and "tag" not in entry and entry.get("pythonPackages"):
         # <the first package's version>-<suite>: the lock says each version once
@@ -253,12 +253,25 @@ DEBIAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "
 
 
 def debian_recipe(name: str, lock: lockmod.Lock) -> Recipe:
+    """A `kind: debian` image: its root filesystem, plus a layer with each of its `binaries` (tool-cache binary
+    -> path in the image; the first is the entrypoint)."""
     entry = spec(name, lock)
     base_key, build = _debian_base(entry)
     suite, packages = _debian(entry)
-    return Recipe(name, hashlib.sha256(f"{base_key} debian".encode()).hexdigest(), lambda work: [build()], [],
-                  str(entry.get("user", "1000:1000")), DEBIAN_ENV,
-                  f"Debian {suite} (mmdebstrap minbase + {', '.join(packages)})")
+    placed = {str(binary): str(target) for binary, target in (entry.get("binaries") or {}).items()}
+    found = {binary: tools.require(binary, lock) for binary in placed}
+    key = hashlib.sha256(f"{base_key} debian".encode() + "".join(
+        f" {placed[b]}={imagelayers.sha256_file(p)}" for b, p in sorted(found.items())).encode()).hexdigest()
+
+    def layers(work: Path) -> list[Path]:
+        return [build(), *(imagelayers.binary_layer(path, placed[binary], work / f"{binary}.tar")
+                           for binary, path in found.items())]
+
+    what = f"Debian {suite} (mmdebstrap minbase + {', '.join(packages)})"
+    if placed:
+        what += " + " + ", ".join(f"{lock.tool_for_binary(b).module}@{lock.tool_for_binary(b).version} ({b})"
+                                  for b in placed)
+    return Recipe(name, key, layers, list(placed.values())[:1], str(entry.get("user", "1000:1000")), DEBIAN_ENV, what)
 
 
 def _ensure_wheels(requirements: list[str]) -> None:

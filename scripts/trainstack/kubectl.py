@@ -1,4 +1,4 @@
-"""The pinned kubectl against one cluster (a kubeconfig and, optionally, a context)."""
+"""kubectl (the pinned one, else one on PATH within the skew policy) against one cluster (a kubeconfig and, optionally, a context)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,12 @@ class Kubectl:
     ) -> None:
         self.kubeconfig = kubeconfig
         self.context = context
-        self.binary = tools.require("kubectl", lock)
+        found = tools.find_kubectl(lock)
+        if found is None:
+            version = (lock or lockmod.load()).kubernetes_version
+            raise UserError(f"no kubectl {version} (or within one minor of it) is installed",
+                            "run 'trainstack tools install kubernetes' (or 'make setup'), or put a kubectl on PATH")
+        self.binary = found
 
     def base(self) -> list[str]:
         cmd = [str(self.binary)]

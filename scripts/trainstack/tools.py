@@ -102,6 +102,37 @@ def find(binary: str, lock: lockmod.Lock | None = None) -> Path | None:
     return Path(found) if found else None
 
 
+KUBECTL_SKEW = 1  # kubectl works with an API server one minor older or newer (Kubernetes' version skew policy)
+
+
+def kubectl_minor(text: str) -> int | None:
+    """The client's minor from `kubectl version --client -o json`; None when it is not such output."""
+    try:
+        minor = json.loads(text)["clientVersion"]["minor"]
+        return int(str(minor).rstrip("+"))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def find_kubectl(lock: lockmod.Lock | None = None) -> Path | None:
+    """The pinned kubectl; else a kubectl on PATH within KUBECTL_SKEW minors of the lock's Kubernetes (what a
+    CI runner has installed); None when neither."""
+    lock = lock or lockmod.load()
+    pinned = find("kubectl", lock)
+    if pinned is not None:
+        return pinned
+    found = shutil.which("kubectl")
+    if not found:
+        return None
+    try:
+        out = proc.run([found, "version", "--client", "-o", "json"], check=False, timeout=15)
+    except proc.CommandError:
+        return None
+    minor = kubectl_minor(out.stdout)
+    wanted = int(lock.kubernetes_version.split(".")[1])
+    return Path(found) if minor is not None and abs(minor - wanted) <= KUBECTL_SKEW else None
+
+
 def require(binary: str, lock: lockmod.Lock | None = None) -> Path:
     """Like find, but a missing tool is a UserError that says how to get it."""
     found = find(binary, lock)

@@ -116,6 +116,8 @@ class Sandbox:
     holder_pid: int = 0
     parent: Sandbox | None = None
     index: int = 0  # with a parent: the real node's index (its address is node_ip(index))
+    # shell commands the mount-namespace holder runs after its own mounts (the kind engine's tmpfs and overlay)
+    holder_setup: tuple[str, ...] = ()
 
     @property
     def netns(self) -> str:

@@ -1,0 +1,263 @@
+"""A kind cluster on this host: kind's own CLI driving a private Docker engine, with the node image assembled here.
+
+Everything runs inside one `Sandbox` (network and mount namespaces, a cgroup root): the engine (`engine.py`),
+the cluster's image mirror (the pinned registry on the kind network's gateway, the same storage the local
+provider's mirror uses), and kind's node containers with their containerd, kubelet and pods. kind itself
+and the docker client run on the host and speak to the engine over its unix socket. Host-side clients reach
+the API server through a port on the host's 127.0.0.1 relayed into the namespace (`forward.py`), where
+docker-proxy publishes the control plane's 6443 on the namespace's loopback.
+
+kindnetd cannot be had here, so the cluster is created with kind's default CNI off, and each node gets what
+kindnetd would give it: a bridge CNI configuration with the node's pod subnet (its Node's spec.podCIDR) and a
+route to every other node's pod subnet through that node's address on the kind network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .. import images, paths, proc, progress, tools, yamlio
+from .. import lock as lockmod
+from ..errors import UserError, output_line
+from . import addons, kindnode
+from . import engine as enginemod
+from .common import free_port
+from .node import CLUSTER_POD_CIDR, REGISTRY_PORT, registry_config
+from .sandbox import Sandbox, cleanup_stale, log_tail
+
+API_PORT = 6443  # the control plane's, published on the sandbox's loopback
+# The images kubeadm runs the control plane from (kindnode.kubeadm_patches names them), beside the pause image.
+CONTROL_PLANE_IMAGES = ("pause", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
+                        "kube-proxy", "coredns")
+
+
+def data_root() -> Path:
+    """The engine's data root: images (the node image) outlive clusters; containers and volumes do not."""
+    return paths.cache_dir() / "kind" / "docker"
+
+
+def config(base: Path, name: str, lock: lockmod.Lock, volumes: Path | None = None) -> dict[str, Any]:
+    """kind's cluster configuration: BASE's nodes (e2e/kind-config.yaml, as users' CI has it) with what this
+    host and the assembled node image need: the API server on the sandbox's loopback, no default CNI, the
+    mirror's control-plane images, kubelet on cgroup v1."""
+    try:
+        cfg = yamlio.load(base.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise UserError(f"{base}: cannot read kind's configuration: {err}") from None
+    if not isinstance(cfg, dict) or not isinstance(cfg.get("nodes"), list):
+        raise UserError(f"{base}: kind configuration needs a `nodes` list")
+    cfg["name"] = name
+    cfg["networking"] = {**(cfg.get("networking") or {}), "apiServerAddress": "127.0.0.1",
+                         "apiServerPort": API_PORT, "disableDefaultCNI": True,
+                         "podSubnet": CLUSTER_POD_CIDR}
+    cfg["kubeadmConfigPatches"] = [*(cfg.get("kubeadmConfigPatches") or []), *kindnode.kubeadm_patches(lock)]
+    if volumes is not None:  # the static PVs' folders, at the same path in every node: data follows a pod
+        for node in cfg["nodes"]:
+            node["extraMounts"] = [*(node.get("extraMounts") or []),
+                                   {"hostPath": str(volumes), "containerPath": str(volumes)}]
+    return cfg
+
+
+class KindCluster:
+    """A kind cluster NAME (work files in WORKDIR) with IMAGE_NAMES (builtImages entries) in its mirror."""
+
+    def __init__(self, name: str, workdir: Path, lock: lockmod.Lock, image_names: list[str], base_config: Path) -> None:
+        self.name = name
+        self.workdir = workdir
+        self.lock = lock
+        self.image_names = [n for n in images.names(lock) if n in {*image_names, *CONTROL_PLANE_IMAGES}]
+        self.base_config = base_config
+        self.sandbox: Sandbox | None = None
+        self.engine: enginemod.Engine | None = None
+        self.registry: proc.Popen | None = None
+        self.forwarder: proc.Popen | None = None
+        self.api_port = 0
+        self.built_images: list[images.Built] = []
+        self.node_image = ""
+        self.timings: dict[str, float] = {}
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.workdir / "engine" / "logs"
+
+    def _timed(self, what: str, start: float) -> None:
+        self.timings[what] = round(time.monotonic() - start, 1)
+
+    def kind(self, *args: str, timeout: float = 900) -> proc.CompletedProcess:
+        assert self.engine is not None
+        return proc.run([str(tools.require("kind", self.lock)), *args], check=False, timeout=timeout,
+                        env=self.engine.env(), stdin=proc.DEVNULL)
+
+    # -- start -------------------------------------------------------------------------------------
+    def start(self) -> KindCluster:
+        for line in cleanup_stale():
+            progress.info(f"  {line} (left by an earlier run)")
+        start = time.monotonic()
+        box = Sandbox(name=self.name.removeprefix("trainstack-"), workdir=self.workdir / "engine")
+        box.holder_setup = enginemod.holder_setup(box.name, box.workdir)
+        self.sandbox = box.create()
+        self.engine = enginemod.Engine(box, self.lock, data_root())
+        with progress.step(f"Docker engine in {box.netns}"):
+            self.engine.start()
+            self.engine.prune()
+        self._timed("engine", start)
+        start = time.monotonic()
+        self._start_registry()
+        builder = images.Builder(box.enter_net(), self.lock)
+        self.built_images = builder.ensure_all(self.image_names)
+        self._timed("images", start)
+        start = time.monotonic()
+        self.node_image = kindnode.ensure(self.engine, self.lock)
+        self._timed("node image", start)
+        start = time.monotonic()
+        self._network()
+        cfg_path = self.workdir / "kind-config.yaml"
+        volumes = self.workdir / "storage"
+        cfg_path.write_text(yaml.safe_dump(config(self.base_config, self.name, self.lock, volumes / "volumes"),
+                                           sort_keys=False))
+        objects = addons.static_volumes(volumes)  # (makes the folders the nodes mount)
+        with progress.step(f"kind create cluster {self.name} ({self.node_count()} nodes, image {self.node_image})"):
+            result = self.kind("create", "cluster", "--name", self.name, "--config", str(cfg_path),
+                               "--image", self.node_image, "--kubeconfig", str(self.workdir / "kubeconfig.inside"),
+                               "--retain", timeout=1200)
+            (self.workdir / "kind-create.log").write_text(result.stdout + result.stderr)
+            if result.returncode != 0:
+                raise UserError(f"kind create cluster failed: {output_line(result.stderr)}",
+                                f"see {self.workdir / 'kind-create.log'} and the node logs in the run's artifacts")
+        self._timed("kind create", start)
+        start = time.monotonic()
+        self._forward()
+        self._pod_network()
+        self.wait_nodes_ready(timeout=300)
+        self.kubectl("delete", "storageclass", "standard", "--ignore-not-found")  # kind's, with no provisioner here
+        self.apply(objects)
+        self._timed("pod network and nodes Ready", start)
+        return self
+
+    def node_count(self) -> int:
+        return len(config(self.base_config, self.name, self.lock)["nodes"])
+
+    def _start_registry(self) -> None:
+        assert self.sandbox is not None
+        storage = paths.cache_dir() / "node" / "registry"
+        storage.mkdir(parents=True, exist_ok=True)
+        cfg = self.sandbox.workdir / "registry.yaml"
+        cfg.write_text(yaml.safe_dump(registry_config(storage, f"0.0.0.0:{REGISTRY_PORT}")))
+        self.registry = self.sandbox.start(
+            "registry", [str(tools.require("registry", self.lock)), "serve", str(cfg)], self.logs_dir / "registry.log",
+            env={**os.environ, "OTEL_TRACES_EXPORTER": "none"})
+        if not self.sandbox.wait_listening(REGISTRY_PORT, 30, alive=lambda: self.registry.poll() is None):
+            raise UserError(f"the kind cluster's registry did not start: {log_tail(self.logs_dir / 'registry.log')}")
+
+    def _network(self) -> None:
+        """kind's network, made before kind does: kind would ask for masquerading, and nothing leaves here."""
+        assert self.engine is not None
+        self.engine.docker("network", "create", "-d", "bridge", "--subnet", kindnode.SUBNET,
+                           "--gateway", kindnode.GATEWAY,
+                           "-o", "com.docker.network.bridge.enable_ip_masquerade=false", kindnode.NETWORK)
+
+    def _forward(self) -> None:
+        assert self.sandbox is not None
+        self.api_port = free_port()
+        log = (self.workdir / "forward.log").open("w")
+        self.forwarder = proc.start(
+            [sys.executable, "-m", "trainstack.cluster.forward", str(self.sandbox.netns_path),
+             f"{self.api_port}:{API_PORT}"],
+            stdout=proc.PIPE, stderr=log, stdin=proc.DEVNULL, text=True, start_new_session=True)
+        line = self.forwarder.stdout.readline() if self.forwarder.stdout else ""
+        if line.strip() != "ready":
+            raise UserError(f"the port forwarder did not start: {(self.workdir / 'forward.log').read_text()[-300:]}")
+        inside = yamlio.load((self.workdir / "kubeconfig.inside").read_text())
+        for cluster in inside.get("clusters", []):
+            cluster["cluster"]["server"] = f"https://127.0.0.1:{self.api_port}"
+        self.kubeconfig.write_text(yaml.safe_dump(inside))
+        self.kubeconfig.chmod(0o600)
+
+    def nodes(self) -> list[str]:
+        assert self.engine is not None
+        out = self.engine.docker("ps", "--filter", f"label=io.x-k8s.kind.cluster={self.name}",
+                                 "--format", "{{.Names}}").stdout.split()
+        return sorted(out)
+
+    def node_exec(self, node: str, *cmd: str, stdin: str | None = None, timeout: float = 120) -> proc.CompletedProcess:
+        assert self.engine is not None
+        result = proc.run([str(self.engine.root / "usr/bin/docker"), "exec", "-i", node, *cmd], check=False,
+                          env=self.engine.env(), timeout=timeout, input=stdin or "")
+        if result.returncode != 0:
+            raise UserError(f"{node}: '{' '.join(cmd[:4])}' failed: {(result.stderr or result.stdout).strip()[-300:]}")
+        return result
+
+    def kubectl(self, *args: str, timeout: float = 120) -> proc.CompletedProcess:
+        return proc.run([str(tools.require("kubectl", self.lock)), "--kubeconfig", str(self.kubeconfig), *args],
+                        check=False, timeout=timeout)
+
+    def apply(self, objects: list[dict[str, Any]]) -> None:
+        result = proc.run([str(tools.require("kubectl", self.lock)), "--kubeconfig", str(self.kubeconfig), "apply",
+                           "-f", "-"], check=False, timeout=120, input=yaml.safe_dump_all(objects))
+        if result.returncode != 0:
+            raise UserError(f"kubectl apply on the kind cluster failed: {output_line(result.stderr)}")
+
+    def _pod_network(self) -> None:
+        """What kindnetd does: each node's bridge CNI configuration for its pod subnet, routes to the others'."""
+        nodes = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout or "{}").get("items", [])
+        subnets: dict[str, tuple[str, str]] = {}
+        for node in nodes:
+            cidr = node.get("spec", {}).get("podCIDR", "")
+            ip = next((a["address"] for a in node.get("status", {}).get("addresses", []) if a["type"] == "InternalIP"), "")
+            if not cidr or not ip:
+                raise UserError(f"kind node {node['metadata']['name']} has no pod subnet or address yet")
+            subnets[node["metadata"]["name"]] = (cidr, ip)
+        for name, (cidr, _ip) in subnets.items():
+            self.node_exec(name, "sh", "-c", "cat > /etc/cni/net.d/10-trainstack.conflist",
+                           stdin=kindnode.cni_config(cidr))
+            for peer, (peer_cidr, peer_ip) in subnets.items():
+                if peer != name:
+                    self.node_exec(name, "ip", "route", "replace", peer_cidr, "via", peer_ip)
+
+    def wait_nodes_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            result = self.kubectl("get", "nodes", "-o", "json")
+            items = json.loads(result.stdout).get("items", []) if result.returncode == 0 else []
+            ready = [n for n in items if any(c["type"] == "Ready" and c["status"] == "True"
+                                             for c in n.get("status", {}).get("conditions", []))]
+            if items and len(ready) == len(items):
+                return
+            if time.monotonic() > deadline:
+                raise UserError(f"kind nodes not Ready within {timeout:.0f}s: "
+                                f"{sorted(n['metadata']['name'] for n in items if n not in ready)}")
+            time.sleep(1)
+
+    # -- logs and teardown ---------------------------------------------------------------------------
+    def export_logs(self, out: Path) -> dict[str, Path]:
+        if self.engine is None:
+            return {}
+        self.kind("export", "logs", str(out), "--name", self.name, timeout=300)
+        found = {p.relative_to(out).as_posix().replace("/", "_"): p for p in out.rglob("*.log")} if out.is_dir() else {}
+        found.update({f"engine-{p.stem}": p for p in self.logs_dir.glob("*.log")})
+        return found
+
+    def stop(self) -> list[str]:
+        """Delete the cluster, stop the engine and the registry, and remove the sandbox; what could not be removed."""
+        if self.forwarder is not None:
+            self.forwarder.terminate()
+            self.forwarder.wait()
+        if self.engine is not None and self.engine.process is not None and self.engine.process.poll() is None:
+            self.kind("delete", "cluster", "--name", self.name, timeout=300)
+            self.engine.prune()
+            self.engine.stop()
+        left = self.sandbox.destroy() if self.sandbox is not None else []
+        shutil.rmtree(self.workdir / "engine" / "usrlib", ignore_errors=True)
+        return left
