@@ -250,6 +250,7 @@ def _debian_base(entry: dict[str, Any]) -> tuple[str, Any]:
 
 # What the Debian images run with: Python unbuffered, HOME writable by any user.
 DEBIAN_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "PYTHONUNBUFFERED": "1", "HOME": "/tmp"}
+SBIN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def debian_recipe(name: str, lock: lockmod.Lock) -> Recipe:
@@ -268,10 +269,13 @@ def debian_recipe(name: str, lock: lockmod.Lock) -> Recipe:
                            for binary, path in found.items())]
 
     what = f"Debian {suite} (mmdebstrap minbase + {', '.join(packages)})"
-    if placed:
+    env = DEBIAN_ENV
+    if placed:  # a system daemon's image (kube-proxy): its tools (iptables, conntrack) are in the sbin folders
         what += " + " + ", ".join(f"{lock.tool_for_binary(b).module}@{lock.tool_for_binary(b).version} ({b})"
                                   for b in placed)
-    return Recipe(name, key, layers, list(placed.values())[:1], str(entry.get("user", "1000:1000")), DEBIAN_ENV, what)
+        env = {**DEBIAN_ENV, "PATH": SBIN_PATH}
+        key = hashlib.sha256(f"{key} PATH={SBIN_PATH}".encode()).hexdigest()
+    return Recipe(name, key, layers, list(placed.values())[:1], str(entry.get("user", "1000:1000")), env, what)
 
 
 def _ensure_wheels(requirements: list[str]) -> None:

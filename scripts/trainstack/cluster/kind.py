@@ -31,7 +31,7 @@ from . import addons, kindnode
 from . import engine as enginemod
 from .common import free_port
 from .node import CLUSTER_POD_CIDR, REGISTRY_PORT, registry_config
-from .sandbox import Sandbox, cleanup_stale, log_tail
+from .sandbox import NETNS_DIR, PREFIX, Sandbox, cleanup_stale, log_tail
 
 API_PORT = 6443  # the control plane's, published on the sandbox's loopback
 # The images kubeadm runs the control plane from (kindnode.kubeadm_patches names them), beside the pause image.
@@ -104,8 +104,12 @@ class KindCluster:
     def start(self) -> KindCluster:
         for line in cleanup_stale():
             progress.info(f"  {line} (left by an earlier run)")
+        busy = sorted(p.name for p in NETNS_DIR.glob(f"{PREFIX}kind-*")) if NETNS_DIR.is_dir() else []
+        if busy:  # the engine's data root is one per machine: one kind cluster at a time
+            raise UserError(f"a kind cluster of this machine's private engine is running ({', '.join(busy)}: another "
+                            "run, or one kept with --keep); nothing was run", "remove it with 'trainstack e2e down'")
         start = time.monotonic()
-        box = Sandbox(name=self.name.removeprefix("trainstack-"), workdir=self.workdir / "engine")
+        box = Sandbox(name=f"kind-{self.name.removeprefix('trainstack-')}", workdir=self.workdir / "engine")
         box.holder_setup = enginemod.holder_setup(box.name, box.workdir)
         self.sandbox = box.create()
         self.engine = enginemod.Engine(box, self.lock, data_root())

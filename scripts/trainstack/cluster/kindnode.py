@@ -152,7 +152,7 @@ def inputs(lock: lockmod.Lock) -> tuple[str, dict[str, Path], dict[str, tuple[by
     files[f"/etc/containerd/certs.d/{MIRROR}/hosts.toml"] = (mirror_hosts().encode(), 0o644)
     files["/kind/version"] = (f"{lock.kubernetes_version}\n".encode(), 0o644)
     digest = hashlib.sha256()
-    digest.update(json.dumps([SUITE, PACKAGES, _debian_versions(lock), ENTRYPOINT]).encode())
+    digest.update(json.dumps([SUITE, PACKAGES, _debian_versions(lock), ENTRYPOINT, CUSTOMIZE, ENABLE]).encode())
     digest.update(images._apt_sources().read_bytes())
     for target, path in sorted(binaries.items()):
         digest.update(f"{target} {imagelayers.sha256_file(path)}".encode())
@@ -179,7 +179,7 @@ CUSTOMIZE = [
     f'ln -sf {CNI_BIN} "$1/opt/cni/bin"',
 ]
 ENABLE = ['chroot "$1" systemctl enable kubelet.service containerd.service undo-mount-hacks.service',
-          'chroot "$1" systemctl mask systemd-binfmt.service systemd-sysctl.service']
+          'chroot "$1" systemctl mask systemd-binfmt.service']
 
 
 def build_tar(lock: lockmod.Lock) -> Path:
@@ -232,7 +232,8 @@ def ensure(engine, lock: lockmod.Lock) -> str:  # engine: cluster.engine.Engine
     if engine.docker("image", "inspect", ref, check=False, timeout=30).returncode == 0:
         return ref
     tar = build_tar(lock)
-    changes = [f"ENTRYPOINT {json.dumps(ENTRYPOINT)}", "ENV container=docker", "STOPSIGNAL SIGRTMIN+3"]
+    # (docker import takes no STOPSIGNAL: kind deletes its nodes with `docker rm -f`, which needs none)
+    changes = [f"ENTRYPOINT {json.dumps(ENTRYPOINT)}", "ENV container=docker"]
     with progress.step(f"importing {ref} into the engine"):
         engine.docker("import", *(a for c in changes for a in ("--change", c)), str(tar), ref, timeout=900)
     return ref

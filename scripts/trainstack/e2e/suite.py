@@ -192,7 +192,8 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         # the kubelets that really run pods (KWOK's fake nodes report a version they were told)
         kubelets = sorted({n.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "") for n in nodes
                            if (n["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") != "fake"})
-        return Outcome(self.provider.describe(), {"serverVersion": version, "kubeletVersions": kubelets})
+        return Outcome(self.provider.describe(), {"serverVersion": version, "kubeletVersions": kubelets,
+                                                  **self.provider.cluster_data()})
 
     def helm_cmd(self, *args: str, binary: str = "helm") -> list[str]:
         return [

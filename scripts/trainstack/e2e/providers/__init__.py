@@ -32,6 +32,10 @@ class Provider:
     def describe(self) -> str:
         return self.name
 
+    def cluster_data(self) -> dict[str, Any]:
+        """What the cluster step records of this provider's cluster, beside the server and kubelet versions."""
+        return {}
+
     def while_installing(self, suite: Any, process: proc.Popen) -> str | None:
         """Runs while `helm install --wait` waits (the local provider starts its controllers here)."""
         return None

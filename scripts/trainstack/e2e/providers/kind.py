@@ -202,6 +202,12 @@ class KindProvider(Provider):
                     f"private Docker engine in {self.cluster.sandbox.netns}, API server 127.0.0.1:{self.cluster.api_port}")
         return f"kind cluster {CLUSTER}, node image {self.plan.node_image}"
 
+    def cluster_data(self) -> dict[str, Any]:
+        if self.cluster is None:
+            return {"kind": {"path": self.plan.mode, "node_image": self.plan.node_image}}
+        return {"kind": {"path": self.plan.mode, "node_image": self.cluster.node_image, "nodes": self.cluster.nodes(),
+                         "seconds": self.cluster.timings}}
+
     def unsupported(self, jobs: list[Any]) -> dict[str, str]:
         return {j.name: "kind has no GPU nodes" for j in jobs if is_gpu(j.runtime)}
 
