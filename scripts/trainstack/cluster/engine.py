@@ -14,8 +14,8 @@ namespace, a cgroup root):
 - kind mounts `/lib/modules` into every node. This host has none, and Docker would create it on the host:
   inside the sandbox's mount namespace `/usr/lib` is an overlay whose upper layer holds an empty
   `modules`, so the host's `/usr/lib` stays as it is;
-- its data root (images, volumes) is in the tool cache and outlives clusters, so the node image is imported
-  once; every container and volume a run leaves is removed when the next engine starts (`prune`).
+- its data root (images, containers, volumes) is the run's own, removed with the cluster; the node image is
+  imported from its cached tar at each start (seconds).
 """
 
 from __future__ import annotations
@@ -173,14 +173,6 @@ class Engine:
                            f"{self.root / 'usr/sbin/runc'} \"$@\"\n")
         wrapper.chmod(0o755)
         return wrapper
-
-    def prune(self) -> None:
-        """Remove every container, network and volume an earlier run of this engine left (images stay)."""
-        ids = self.docker("ps", "-aq").stdout.split()
-        if ids:
-            self.docker("rm", "-f", "-v", *ids, timeout=300)
-        self.docker("network", "prune", "-f")
-        self.docker("volume", "prune", "-f")
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

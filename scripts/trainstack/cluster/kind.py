@@ -19,6 +19,7 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,20 @@ CONTROL_PLANE_IMAGES = ("pause", "etcd", "kube-apiserver", "kube-controller-mana
                         "kube-proxy", "coredns")
 
 
-def data_root() -> Path:
-    """The engine's data root: images (the node image) outlive clusters; containers and volumes do not."""
-    return paths.cache_dir() / "kind" / "docker"
+def leftovers() -> list[Path]:
+    """The engines' data roots that runs left (a crash, a kept cluster's): each run's engine keeps its images,
+    containers and volumes (gigabytes: every worker's unpacked training images) in its run folder."""
+    base = paths.cache_dir() / "e2e"
+    return sorted(base.glob("run-*/kind/engine/docker")) if base.is_dir() else []
+
+
+def remove_leftovers() -> list[str]:
+    """Remove the data roots of engines no longer running (call once no kind sandbox is alive); a line each."""
+    done = []
+    for root in leftovers():
+        shutil.rmtree(root, ignore_errors=True)
+        done.append(f"removed the kind engine's data {root}")
+    return done
 
 
 def config(base: Path, name: str, lock: lockmod.Lock, volumes: Path | None = None) -> dict[str, Any]:
@@ -66,6 +78,23 @@ def config(base: Path, name: str, lock: lockmod.Lock, volumes: Path | None = Non
     return cfg
 
 
+@dataclass
+class KindNode:
+    """A kind node that runs workloads (a worker): what the e2e's real-node steps read of a node."""
+
+    cluster: KindCluster
+    name: str
+    ip: str
+    pod_subnet: str
+    linked = True  # its own eth0 on the kind network
+
+    def link_bytes(self) -> dict[str, int]:
+        """Bytes received and sent on the node's eth0 (the kernel's counters, read inside the node)."""
+        out = self.cluster.node_exec(self.name, "cat", "/sys/class/net/eth0/statistics/rx_bytes",
+                                     "/sys/class/net/eth0/statistics/tx_bytes").stdout.split()
+        return {"rx": int(out[0]), "tx": int(out[1])}
+
+
 class KindCluster:
     """A kind cluster NAME (work files in WORKDIR) with IMAGE_NAMES (builtImages entries) in its mirror."""
 
@@ -83,6 +112,7 @@ class KindCluster:
         self.built_images: list[images.Built] = []
         self.node_image = ""
         self.timings: dict[str, float] = {}
+        self.nodes: list[KindNode] = []  # the workers, once the pod network is up
 
     @property
     def kubeconfig(self) -> Path:
@@ -112,10 +142,11 @@ class KindCluster:
         box = Sandbox(name=f"kind-{self.name.removeprefix('trainstack-')}", workdir=self.workdir / "engine")
         box.holder_setup = enginemod.holder_setup(box.name, box.workdir)
         self.sandbox = box.create()
-        self.engine = enginemod.Engine(box, self.lock, data_root())
+        for line in remove_leftovers():
+            progress.info(f"  {line} (left by an earlier run)")
+        self.engine = enginemod.Engine(box, self.lock, box.workdir / "docker")
         with progress.step(f"Docker engine in {box.netns}"):
             self.engine.start()
-            self.engine.prune()
         self._timed("engine", start)
         start = time.monotonic()
         self._start_registry()
@@ -189,7 +220,7 @@ class KindCluster:
         self.kubeconfig.write_text(yaml.safe_dump(inside))
         self.kubeconfig.chmod(0o600)
 
-    def nodes(self) -> list[str]:
+    def node_names(self) -> list[str]:
         assert self.engine is not None
         out = self.engine.docker("ps", "--filter", f"label=io.x-k8s.kind.cluster={self.name}",
                                  "--format", "{{.Names}}").stdout.split()
@@ -223,6 +254,9 @@ class KindCluster:
             if not cidr or not ip:
                 raise UserError(f"kind node {node['metadata']['name']} has no pod subnet or address yet")
             subnets[node["metadata"]["name"]] = (cidr, ip)
+        self.nodes = [KindNode(self, name, ip, cidr) for name, (cidr, ip) in sorted(subnets.items())
+                      if not any(t.get("key") == "node-role.kubernetes.io/control-plane"
+                                 for t in next(n for n in nodes if n["metadata"]["name"] == name)["spec"].get("taints", []))]
         for name, (cidr, _ip) in subnets.items():
             self.node_exec(name, "sh", "-c", "cat > /etc/cni/net.d/10-trainstack.conflist",
                            stdin=kindnode.cni_config(cidr))
@@ -260,8 +294,9 @@ class KindCluster:
             self.forwarder.wait()
         if self.engine is not None and self.engine.process is not None and self.engine.process.poll() is None:
             self.kind("delete", "cluster", "--name", self.name, timeout=300)
-            self.engine.prune()
             self.engine.stop()
         left = self.sandbox.destroy() if self.sandbox is not None else []
-        shutil.rmtree(self.workdir / "engine" / "usrlib", ignore_errors=True)
+        if not left:  # nothing runs on it any more: the engine's images, containers and volumes go
+            for sub in ("docker", "usrlib"):
+                shutil.rmtree(self.workdir / "engine" / sub, ignore_errors=True)
         return left

@@ -146,6 +146,16 @@ class RealNode:
         return MIRROR if self.index == 0 else f"{NODE_IP}:{REGISTRY_PORT}"
 
     @property
+    def linked(self) -> bool:
+        """Whether the node has a link of its own to the cluster (every real node but real-0, which shares the
+        control plane's namespace)."""
+        return self.sandbox.parent is not None
+
+    def link_bytes(self) -> dict[str, int]:
+        """Bytes received and sent on the node's link to the cluster (the kernel's counters)."""
+        return self.sandbox.link_bytes()
+
+    @property
     def dir(self) -> Path:
         return self.sandbox.workdir / "node"
 

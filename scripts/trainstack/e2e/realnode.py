@@ -173,12 +173,12 @@ def train_with_sdk(kube: Any, kubeconfig: Path, real_nodes: list[Any], timeout: 
     listed = sorted(r.name for r in tc.list_runtimes())
     if RUNTIME not in listed:
         raise RealNodeFailure(f"TrainerClient().list_runtimes() does not list {RUNTIME}: {', '.join(listed)}")
-    linked = [n for n in real_nodes if n.sandbox.parent is not None]
-    before = {n.name: n.sandbox.link_bytes() for n in linked}
+    linked = [n for n in real_nodes if n.linked]
+    before = {n.name: n.link_bytes() for n in linked}
     name = submit(kubeconfig, ["--steps", str(STEPS), "--seed", "0", "--hidden", str(HIDDEN), "--output-dir", OUTPUT],
                   cpu=pod_cpu(len(real_nodes)))
     first = wait_complete(tc, kube, name, timeout)
-    after = {n.name: n.sandbox.link_bytes() for n in linked}
+    after = {n.name: n.link_bytes() for n in linked}
     lines = list(tc.get_job_logs(name))
     loss = losses(lines)
     if len(loss) != STEPS:

@@ -139,6 +139,18 @@ class KindProvider(Provider):
     def assembled(self) -> bool:
         return self.plan.mode == ASSEMBLED
 
+    @property
+    def real(self) -> bool:
+        """The real-node steps (training across nodes, the checkpoint, a killed worker, helm test) run on the
+        assembled path's workers, whose images are the mirror's; the published path runs the smoke jobs only."""
+        return self.assembled
+
+    def is_real(self, job: Any) -> bool:
+        return not is_gpu(job.runtime)
+
+    def placement(self, job: Any) -> tuple[dict[str, str], list[dict[str, Any]]]:
+        return {}, []  # the workers (the control plane's taint keeps pods off it)
+
     def values_files(self) -> list[Path]:
         """The assembled path takes every image from the cluster's mirror, as the local provider's real nodes do."""
         if not self.assembled:
@@ -197,7 +209,7 @@ class KindProvider(Provider):
 
     def describe(self) -> str:
         if self.assembled and self.cluster is not None:
-            nodes = ", ".join(self.cluster.nodes())
+            nodes = ", ".join(self.cluster.node_names())
             return (f"kind cluster {CLUSTER} ({nodes}), node image {self.cluster.node_image} assembled here, "
                     f"private Docker engine in {self.cluster.sandbox.netns}, API server 127.0.0.1:{self.cluster.api_port}")
         return f"kind cluster {CLUSTER}, node image {self.plan.node_image}"
@@ -205,7 +217,7 @@ class KindProvider(Provider):
     def cluster_data(self) -> dict[str, Any]:
         if self.cluster is None:
             return {"kind": {"path": self.plan.mode, "node_image": self.plan.node_image}}
-        return {"kind": {"path": self.plan.mode, "node_image": self.cluster.node_image, "nodes": self.cluster.nodes(),
+        return {"kind": {"path": self.plan.mode, "node_image": self.cluster.node_image, "nodes": self.cluster.node_names(),
                          "seconds": self.cluster.timings}}
 
     def unsupported(self, jobs: list[Any]) -> dict[str, str]:

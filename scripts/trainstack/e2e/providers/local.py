@@ -442,6 +442,9 @@ def down_kept() -> str:
         path.unlink()
         stopped.append(f"{state['cluster']} ({len(pids)} processes)")
     stopped += sandbox.cleanup_stale(include_kept=True)  # the kept clusters' namespaces and cgroups
+    from ...cluster.kind import remove_leftovers
+
+    stopped += remove_leftovers()  # the kind engines' data (their sandboxes are gone now)
     if not stopped:
         return "nothing to stop: no kept local e2e cluster"
     return f"stopped and removed: {', '.join(stopped)}"
