@@ -169,8 +169,8 @@ setup-bench: setup ## make setup + the benchmarks' second validation peer (kubec
 bench: setup-bench ## benchmarks (validate, e2e, scale, gitops); results in bench/results/
 	$(TS) bench
 
-bench-e2e: setup ## warm time of make e2e (local) -> bench/results/e2e.json
-	$(TS) bench e2e
+bench-e2e: setup ## warm time of make e2e, PROVIDERS=local,kind side by side (default local) -> bench/results/e2e.json
+	$(TS) bench e2e $(if $(PROVIDERS),--provider $(PROVIDERS))
 
 bench-scale: setup ## 1,000 TrainJobs vs raw JobSets vs raw Jobs on 100 KWOK GPU nodes -> bench/results/scale.{json,png}
 	$(TS) bench scale

@@ -194,3 +194,25 @@ def test_kubectl_minor_reads_only_kubectls_json():
 
     assert tools.kubectl_minor('{"clientVersion": {"minor": "36"}}') == 36
     assert tools.kubectl_minor("Client Version: v1.36.3") is None
+
+
+# -- what a crashed run's engine leaves -----------------------------------------------------------------
+def test_leftover_engine_data_goes_unless_its_sandbox_is_still_there(tmp_path, monkeypatch):
+    from trainstack.cluster import sandbox as sandboxmod
+
+    monkeypatch.setenv("TRAINSTACK_CACHE", str(tmp_path / "cache"))
+    netns, owners = tmp_path / "netns", tmp_path / "owners"
+    netns.mkdir()
+    owners.mkdir()
+    monkeypatch.setattr(kind, "NETNS_DIR", netns)
+    monkeypatch.setattr(sandboxmod, "OWNERS_DIR", owners)
+    roots = {}
+    for run in ("run-crashed", "run-alive"):
+        roots[run] = tmp_path / "cache" / "e2e" / run / "kind" / "engine" / "docker"
+        (roots[run] / "volumes").mkdir(parents=True)
+    # the live run's sandbox: its namespace and owner record (the engine's work folder)
+    (netns / "trainstack-kind-e2e").write_text("")
+    (owners / "trainstack-kind-e2e.json").write_text(json.dumps({"owner_pid": os.getpid(),
+                                                                 "workdir": str(roots["run-alive"].parent)}))
+    assert kind.remove_leftovers() == [f"removed the kind engine's data {roots['run-crashed']}"]
+    assert not roots["run-crashed"].exists() and (roots["run-alive"] / "volumes").is_dir()

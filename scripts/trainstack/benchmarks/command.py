@@ -88,6 +88,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="e2e: also time a cold build of the local provider's binaries (tens of minutes)",
     )
+    parser.add_argument("--provider", dest="providers", metavar="LIST",
+                        help="e2e: providers to time one after another in this run, comma-separated (default local; "
+                             "e.g. local,kind)")
     validate = parser.add_argument_group("validate (trainstack validate vs kubeconform vs kubectl-validate)")
     validate.add_argument("--docs", dest="documents", type=int, metavar="N",
                           help="documents in the generated corpus (default 10000; e.g. 100000 for memory growth)")

@@ -32,7 +32,7 @@ from . import addons, kindnode
 from . import engine as enginemod
 from .common import free_port
 from .node import CLUSTER_POD_CIDR, REGISTRY_PORT, registry_config
-from .sandbox import NETNS_DIR, PREFIX, Sandbox, cleanup_stale, log_tail
+from .sandbox import NETNS_DIR, PREFIX, Sandbox, cleanup_stale, log_tail, owner_record
 
 API_PORT = 6443  # the control plane's, published on the sandbox's loopback
 # The images kubeadm runs the control plane from (kindnode.kubeadm_patches names them), beside the pause image.
@@ -48,9 +48,14 @@ def leftovers() -> list[Path]:
 
 
 def remove_leftovers() -> list[str]:
-    """Remove the data roots of engines no longer running (call once no kind sandbox is alive); a line each."""
+    """Remove the data roots of engines no longer running (after sandbox.cleanup_stale: a sandbox still there is
+    a live run's, or a kept cluster's, and its data stays); a line each."""
+    alive = {Path(str(owner_record(p.name).get("workdir", ""))) for p in NETNS_DIR.glob(f"{PREFIX}kind-*")} \
+        if NETNS_DIR.is_dir() else set()
     done = []
     for root in leftovers():
+        if root.parent in alive:
+            continue
         shutil.rmtree(root, ignore_errors=True)
         done.append(f"removed the kind engine's data {root}")
     return done
@@ -98,11 +103,13 @@ class KindNode:
 class KindCluster:
     """A kind cluster NAME (work files in WORKDIR) with IMAGE_NAMES (builtImages entries) in its mirror."""
 
-    def __init__(self, name: str, workdir: Path, lock: lockmod.Lock, image_names: list[str], base_config: Path) -> None:
+    def __init__(self, name: str, workdir: Path, lock: lockmod.Lock, image_names: list[str], base_config: Path,
+                 workload_images: tuple[str, ...] = ()) -> None:
         self.name = name
         self.workdir = workdir
         self.lock = lock
         self.image_names = [n for n in images.names(lock) if n in {*image_names, *CONTROL_PLANE_IMAGES}]
+        self.workload_images = tuple(workload_images)  # pulled into the workers ahead of the TrainJobs
         self.base_config = base_config
         self.sandbox: Sandbox | None = None
         self.engine: enginemod.Engine | None = None
@@ -113,6 +120,7 @@ class KindCluster:
         self.node_image = ""
         self.timings: dict[str, float] = {}
         self.nodes: list[KindNode] = []  # the workers, once the pod network is up
+        self.prepulls: list[proc.Popen] = []
 
     @property
     def kubeconfig(self) -> Path:
@@ -176,6 +184,7 @@ class KindCluster:
         self._forward()
         self._pod_network()
         self.wait_nodes_ready(timeout=300)
+        self.prepull([b.reference for b in self.built_images if b.name in self.workload_images])
         self.kubectl("delete", "storageclass", "standard", "--ignore-not-found")  # kind's, with no provisioner here
         self.apply(objects)
         self._timed("pod network and nodes Ready", start)
@@ -264,6 +273,19 @@ class KindCluster:
                 if peer != name:
                     self.node_exec(name, "ip", "route", "replace", peer_cidr, "via", peer_ip)
 
+    def prepull(self, refs: list[str]) -> None:
+        """Start pulling REFS (the mirror's workload images) into every worker's containerd, in the background:
+        a new kind node has no image, and the torch image alone is gigabytes, so the pulls run while the chart
+        installs rather than when the first TrainJob starts. The kubelet pulls whatever is not there yet itself."""
+        assert self.engine is not None
+        docker = str(self.engine.root / "usr/bin/docker")
+        for node in self.nodes:
+            script = " ; ".join(f"ctr -n k8s.io images pull --hosts-dir /etc/containerd/certs.d {ref} >/dev/null"
+                                for ref in refs)
+            log = (self.logs_dir / f"prepull-{node.name}.log").open("w")
+            self.prepulls.append(proc.start([docker, "exec", node.name, "sh", "-c", script], stdout=log,
+                                            stderr=proc.STDOUT, stdin=proc.DEVNULL, env=self.engine.env()))
+
     def wait_nodes_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
@@ -283,12 +305,17 @@ class KindCluster:
         if self.engine is None:
             return {}
         self.kind("export", "logs", str(out), "--name", self.name, timeout=300)
-        found = {p.relative_to(out).as_posix().replace("/", "_"): p for p in out.rglob("*.log")} if out.is_dir() else {}
+        found = {p.relative_to(out).with_suffix("").as_posix().replace("/", "_"): p for p in out.rglob("*.log")} \
+            if out.is_dir() else {}
         found.update({f"engine-{p.stem}": p for p in self.logs_dir.glob("*.log")})
         return found
 
     def stop(self) -> list[str]:
         """Delete the cluster, stop the engine and the registry, and remove the sandbox; what could not be removed."""
+        for pull in self.prepulls:
+            if pull.poll() is None:
+                pull.kill()
+                pull.wait()
         if self.forwarder is not None:
             self.forwarder.terminate()
             self.forwarder.wait()

@@ -36,7 +36,7 @@ from pathlib import Path
 from .. import imagelayers, images, paths, proc, progress, tools
 from .. import lock as lockmod
 from ..errors import UserError
-from .node import MIRROR, REGISTRY_PORT
+from .node import KUBELET_TUNING, MIRROR, REGISTRY_PORT
 from .sandbox import KUBELET_SYSCTLS
 
 SUITE = "bookworm"
@@ -252,5 +252,6 @@ def kubeadm_patches(lock: lockmod.Lock) -> list[str]:
     )
     return [
         cluster,
-        "kind: KubeletConfiguration\nfailCgroupV1: false\n",
+        "kind: KubeletConfiguration\nfailCgroupV1: false\n"
+        + "".join(f"{k}: {json.dumps(v)}\n" for k, v in KUBELET_TUNING.items()),
     ]

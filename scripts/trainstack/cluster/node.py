@@ -56,6 +56,13 @@ CNI_BIN = "/usr/lib/cni"
 BINARIES = ("kubelet", "kube-proxy", "kube-router", "containerd", "containerd-shim-runc-v2", "ctr", "registry")
 
 
+# The kubelet settings of every node that runs the platform (the real nodes, the kind provider's): images pulled
+# side by side, and pods that see updated Secrets sooner (the controllers wait for the certificates they write
+# into their webhook Secrets, and report ready only once the kubelet has put them in the pod): a pod sync every
+# 3 s (plus up to half of it as jitter) instead of every minute.
+KUBELET_TUNING = {"serializeImagePulls": False, "syncFrequency": "3s"}
+
+
 def node_name(index: int) -> str:
     return f"real-{index}"
 
@@ -267,11 +274,7 @@ state = "{d}/containerd/state"
             "clusterDNS": [DNS_IP], "clusterDomain": CLUSTER_DOMAIN,
             "resolvConf": str(d / "resolv" / "resolv.conf"),
             "podLogsDir": str(d / "pods"),
-            "serializeImagePulls": False,
-            # Pods see updated Secrets sooner (the controllers wait for the certificates they write
-            # into their webhook Secrets, and report ready only once the kubelet has put them in the
-            # pod): a pod sync every 3 s (plus up to half of it as jitter) instead of every minute.
-            "syncFrequency": "3s",
+            **KUBELET_TUNING,
             # The node's filesystem is the host's, which a test machine shares: a percentage of a large,
             # mostly full disk (1% of 252 GiB is 2.5 GiB) can put the node under DiskPressure while gigabytes
             # were free, tainting it and leaving the controllers unscheduled. Evict only when it is

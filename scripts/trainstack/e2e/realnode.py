@@ -92,14 +92,23 @@ def losses(lines: list[str]) -> list[float]:
 
 
 def events(lines: list[str], kind: str) -> list[dict[str, Any]]:
+    """The KIND events of the examples' JSON lines. Under mpirun two ranks' lines can reach the log as one (the
+    forwarded output of each rank arrives in pieces: `{rank 0}{rank 1}` then the two newlines), so every JSON
+    object of a line counts."""
+    decoder = json.JSONDecoder()
     out = []
     for line in lines:
-        try:
-            record = json.loads(line.strip())
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("event") == kind:
-            out.append(record)
+        text, at = line.strip(), 0
+        while at < len(text):
+            try:
+                record, end = decoder.raw_decode(text, at)
+            except ValueError:
+                break
+            if isinstance(record, dict) and record.get("event") == kind:
+                out.append(record)
+            at = end
+            while at < len(text) and text[at].isspace():
+                at += 1
     return out
 
 

@@ -134,6 +134,8 @@ class KindProvider(Provider):
         self.kubeconfig = run_dir / "kubeconfig"
         self.created = False
         self.cluster: Any = None  # cluster.kind.KindCluster on the assembled path
+        self.memory: Any = None  # its sandbox's resident memory, sampled while it runs (e2e/memory.py)
+        self.memory_report: dict[str, Any] = {}
 
     @property
     def assembled(self) -> bool:
@@ -170,10 +172,15 @@ class KindProvider(Provider):
             from ...cluster.kind import KindCluster
 
             self.cluster = KindCluster(CLUSTER, self.run_dir / "kind", self.lock, self.needed_builds(suite),
-                                       paths.repo_root() / CONFIG)
+                                       paths.repo_root() / CONFIG, workload_images=suite.workload_images)
             self.created = True
             self.cluster.start()
             self.kubeconfig = self.cluster.kubeconfig
+            from ..memory import MemorySampler
+
+            # every process of the engine's sandbox: dockerd, the registry, each node's systemd, containerd,
+            # kubelet, control plane and pods (the nodes' cgroups are below the sandbox's)
+            self.memory = MemorySampler({"engine, registry and kind nodes": self.cluster.sandbox}).start()
             return Kubectl(self.kubeconfig, lock=self.lock)
         return self._up_published(suite)
 
@@ -233,6 +240,8 @@ class KindProvider(Provider):
         return {p.relative_to(out).as_posix().replace("/", "_"): p for p in out.rglob("*.log")}
 
     def down(self, keep: bool) -> str:
+        if self.memory is not None:
+            self.memory_report, self.memory = self.memory.stop(), None
         if not self.created:
             return ""
         if self.cluster is not None:
