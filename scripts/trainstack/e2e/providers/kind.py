@@ -147,6 +147,11 @@ class KindProvider(Provider):
         assembled path's workers, whose images are the mirror's; the published path runs the smoke jobs only."""
         return self.assembled
 
+    @property
+    def can_fail_pods(self) -> bool:  # type: ignore[override]
+        """A real container that exits 3 ends its TrainJob Failed (the assembled path's python image has python)."""
+        return self.assembled
+
     def is_real(self, job: Any) -> bool:
         return not is_gpu(job.runtime)
 
@@ -252,7 +257,9 @@ class KindProvider(Provider):
             left = self.cluster.stop()
             if left:
                 raise UserError(f"the kind cluster's sandbox left: {', '.join(left)}")
-            return f"deleted kind cluster {CLUSTER}, its engine and its namespaces"
+            took = ", ".join(f"{k.removeprefix('teardown: ')} {v:.1f}s" for k, v in self.cluster.timings.items()
+                             if k.startswith("teardown"))
+            return f"deleted kind cluster {CLUSTER}, its engine and its namespaces ({took})"
         if keep:
             return f"kept: export KUBECONFIG={self.kubeconfig}; delete it with 'kind delete cluster --name {CLUSTER}'"
         result = self._kind("delete", "cluster", "--name", CLUSTER)
