@@ -106,9 +106,9 @@ $(addprefix tier-,$(filter-out e2e,$(TIERS))): tier-%:
 	$(VENV)/bin/python tests/support/tier_times.py $* $$start $$rc $(TEST_TIMES) $$cpu; exit $$rc
 
 # tier-e2e: the e2e tier's modules in three pytest processes side by side (tests/support/e2e_tier.py,
-# tests/e2e/conftest.py): the real-node modules one after another, a second real-node group (the real platform, node loss),
-# and the KWOK and local-process ones beside them; JUnit files e2e.xml, e2e-real2.xml and e2e-beside.xml,
-# each group's time in e2e-groups.json.
+# tests/e2e/conftest.py): the real-node modules one after another, a second real-node group (the real platform,
+# node loss, the kind provider), and the KWOK and local-process ones beside them; JUnit files e2e.xml,
+# e2e-real2.xml and e2e-beside.xml, each group's time in e2e-groups.json.
 tier-e2e:
 	@mkdir -p $(TEST_TIMES); start=$$(date +%s.%N); cpu=$$($(BUSY_TICKS)); \
 	$(VENV)/bin/python tests/support/e2e_tier.py $(TEST_TIMES) $(PYTEST_ARGS); rc=$$?; \

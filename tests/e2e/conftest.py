@@ -15,9 +15,12 @@ module that starts a cluster of its own are there too, and importable from here 
 - the second real-node group (`-m real_nodes_2`): the modules that declare `REAL_NODE_GROUP = 2`. They
   may start real nodes too, on clusters of their own (each cluster has its own namespaces, cgroups,
   forwarded ports and image stores; images are built one at a time, cluster/imagestore.py,
-  images.REGISTRY_LOCK), but never run the `trainstack e2e` command nor `e2e down`, so the first group's
-  checks of what a command run leaves (its processes, its sandboxes) stay their own: the real platform
-  (`test_real_platform`, `test_lifecycle_real`) and node loss (`test_node_loss`), and, to even the groups
+  images.REGISTRY_LOCK), but never run `e2e down` (it removes kept clusters, which the first group's
+  `--keep` test has), so the first group's checks of what a command run leaves (its processes, its
+  sandboxes, by its own run folder and cluster name) stay their own: the real platform
+  (`test_real_platform`, `test_lifecycle_real`), node loss (`test_node_loss`), the kind provider's e2e
+  (`test_e2e_kind`: `trainstack e2e --provider kind`, whose engine, nodes and pods live in a sandbox of
+  its own; after a crash it removes only kind's leftovers), and, to even the groups
   out, the tracking example's local runs (`test_example_tracking`: no cluster, mostly waiting on the
   MLflow client's retries). The timing-bound tests that failed now and then on this 2-core machine with
   three groups at once are made to ride out the load: a host controller that exits at start is started

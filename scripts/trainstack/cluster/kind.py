@@ -199,10 +199,10 @@ class KindCluster:
         storage.mkdir(parents=True, exist_ok=True)
         cfg = self.sandbox.workdir / "registry.yaml"
         cfg.write_text(yaml.safe_dump(registry_config(storage, f"0.0.0.0:{REGISTRY_PORT}")))
-        self.registry = self.sandbox.start(
+        registry = self.registry = self.sandbox.start(
             "registry", [str(tools.require("registry", self.lock)), "serve", str(cfg)], self.logs_dir / "registry.log",
             env={**os.environ, "OTEL_TRACES_EXPORTER": "none"})
-        if not self.sandbox.wait_listening(REGISTRY_PORT, 30, alive=lambda: self.registry.poll() is None):
+        if not self.sandbox.wait_listening(REGISTRY_PORT, 30, alive=lambda: registry.poll() is None):
             raise UserError(f"the kind cluster's registry did not start: {log_tail(self.logs_dir / 'registry.log')}")
 
     def _network(self) -> None:
