@@ -10,16 +10,17 @@ from conftest import run_cli
 
 
 @pytest.mark.slow
-def test_kind_without_docker_says_so_and_runs_nothing():
+def test_kind_where_neither_path_can_run_says_so_and_runs_nothing(tmp_path):
+    """No Docker engine answers and the private engine cannot run (no apt-get, iptables... on PATH): one line."""
     from trainstack.e2e.providers import docker_answers
 
     if docker_answers()[0]:
         pytest.skip("a Docker engine answers here: the kind path runs in .github/workflows/e2e-kind.yaml")
-    result = run_cli("e2e", "--provider", "kind")
+    result = run_cli("e2e", "--provider", "kind", env={"PATH": str(tmp_path)})  # (the CLI runs by absolute path)
     assert result.returncode == 1
     last = result.stderr.strip().splitlines()[-1]
-    assert "kind provider: no Docker engine answers" in last and "nothing was run" in last, last
-    assert "Traceback" not in result.stderr
+    assert "kind provider: no Docker engine" in last and "no private engine here" in last, last
+    assert "nothing was run" in last and "Traceback" not in result.stderr
     with socket.socket() as taken:  # a taken port stops the run right after the provider is chosen
         taken.bind(("127.0.0.1", 0))
         taken.listen()

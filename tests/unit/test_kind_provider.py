@@ -216,3 +216,14 @@ def test_leftover_engine_data_goes_unless_its_sandbox_is_still_there(tmp_path, m
                                                                  "workdir": str(roots["run-alive"].parent)}))
     assert kind.remove_leftovers() == [f"removed the kind engine's data {roots['run-crashed']}"]
     assert not roots["run-crashed"].exists() and (roots["run-alive"] / "volumes").is_dir()
+
+
+def test_each_worker_gets_its_kept_image_store_as_containerd_root(lock, tmp_path):
+    stores = [tmp_path / "stores" / "0" / "root", tmp_path / "stores" / "1" / "root"]
+    cfg = kind.config(ROOT / provider.CONFIG, "c1", lock, stores=stores)
+    roots = [[m["hostPath"] for m in n.get("extraMounts", []) if m["containerPath"] == "/var/lib/containerd"]
+             for n in cfg["nodes"]]
+    assert roots == [[], [str(stores[0])], [str(stores[1])]]  # the control plane pulls its few small images
+    # a store short: the second worker starts with an empty containerd root, as a new kind node does
+    cfg = kind.config(ROOT / provider.CONFIG, "c1", lock, stores=stores[:1])
+    assert [len(n.get("extraMounts", [])) for n in cfg["nodes"]] == [0, 1, 0]

@@ -7,6 +7,9 @@ and the docker client run on the host and speak to the engine over its unix sock
 the API server through a port on the host's 127.0.0.1 relayed into the namespace (`forward.py`), where
 docker-proxy publishes the control plane's 6443 on the namespace's loopback.
 
+Each worker's containerd root (/var/lib/containerd) is a store of the real nodes' image-store pool (imagestore.py),
+kept between clusters: a warm run pulls only what changed, and its teardown deletes no image.
+
 kindnetd cannot be had here, so the cluster is created with kind's default CNI off, and each node gets what
 kindnetd would give it: a bridge CNI configuration with the node's pod subnet (its Node's spec.podCIDR) and a
 route to every other node's pod subnet through that node's address on the kind network.
@@ -28,7 +31,7 @@ import yaml
 from .. import images, paths, proc, progress, tools, yamlio
 from .. import lock as lockmod
 from ..errors import UserError, output_line
-from . import addons, kindnode
+from . import addons, imagestore, kindnode
 from . import engine as enginemod
 from .common import free_port
 from .node import CLUSTER_POD_CIDR, REGISTRY_PORT, registry_config
@@ -42,7 +45,7 @@ CONTROL_PLANE_IMAGES = ("pause", "etcd", "kube-apiserver", "kube-controller-mana
 
 def leftovers() -> list[Path]:
     """The engines' data roots that runs left (a crash, a kept cluster's): each run's engine keeps its images,
-    containers and volumes (gigabytes: every worker's unpacked training images) in its run folder."""
+    containers and volumes (the nodes' /var) in its run folder."""
     base = paths.cache_dir() / "e2e"
     return sorted(base.glob("run-*/kind/engine/docker")) if base.is_dir() else []
 
@@ -61,7 +64,8 @@ def remove_leftovers() -> list[str]:
     return done
 
 
-def config(base: Path, name: str, lock: lockmod.Lock, volumes: Path | None = None) -> dict[str, Any]:
+def config(base: Path, name: str, lock: lockmod.Lock, volumes: Path | None = None,
+           stores: list[Path] | None = None) -> dict[str, Any]:
     """kind's cluster configuration: BASE's nodes (e2e/kind-config.yaml, as users' CI has it) with what this
     host and the assembled node image need: the API server on the sandbox's loopback, no default CNI, the
     mirror's control-plane images, kubelet on cgroup v1."""
@@ -80,6 +84,10 @@ def config(base: Path, name: str, lock: lockmod.Lock, volumes: Path | None = Non
         for node in cfg["nodes"]:
             node["extraMounts"] = [*(node.get("extraMounts") or []),
                                    {"hostPath": str(volumes), "containerPath": str(volumes)}]
+    # each worker's containerd root, in the order of STORES: an image store kept between clusters (imagestore)
+    for node, store in zip((n for n in cfg["nodes"] if n.get("role") == "worker"), stores or [], strict=False):
+        node["extraMounts"] = [*(node.get("extraMounts") or []),
+                               {"hostPath": str(store), "containerPath": "/var/lib/containerd"}]
     return cfg
 
 
@@ -121,6 +129,8 @@ class KindCluster:
         self.timings: dict[str, float] = {}
         self.nodes: list[KindNode] = []  # the workers, once the pod network is up
         self.prepulls: list[proc.Popen] = []
+        self.stores: list[imagestore.Claim] = []  # the workers' containerd roots, held for the cluster's life
+        self.builder: images.Builder | None = None
 
     @property
     def kubeconfig(self) -> Path:
@@ -158,7 +168,7 @@ class KindCluster:
         self._timed("engine", start)
         start = time.monotonic()
         self._start_registry()
-        builder = images.Builder(box.enter_net(), self.lock)
+        builder = self.builder = images.Builder(box.enter_net(), self.lock)
         self.built_images = builder.ensure_all(self.image_names)
         self._timed("images", start)
         start = time.monotonic()
@@ -168,7 +178,9 @@ class KindCluster:
         self._network()
         cfg_path = self.workdir / "kind-config.yaml"
         volumes = self.workdir / "storage"
-        cfg_path.write_text(yaml.safe_dump(config(self.base_config, self.name, self.lock, volumes / "volumes"),
+        self._claim_stores()
+        cfg_path.write_text(yaml.safe_dump(config(self.base_config, self.name, self.lock, volumes / "volumes",
+                                                  [c.root for c in self.stores]),
                                            sort_keys=False))
         objects = addons.static_volumes(volumes)  # (makes the folders the nodes mount)
         with progress.step(f"kind create cluster {self.name} ({self.node_count()} nodes, image {self.node_image})"):
@@ -184,6 +196,7 @@ class KindCluster:
         self._forward()
         self._pod_network()
         self.wait_nodes_ready(timeout=300)
+        self._drop_stale_images()
         self.prepull([b.reference for b in self.built_images if b.name in self.workload_images])
         self.kubectl("delete", "storageclass", "standard", "--ignore-not-found")  # kind's, with no provisioner here
         self.apply(objects)
@@ -273,6 +286,32 @@ class KindCluster:
                 if peer != name:
                     self.node_exec(name, "ip", "route", "replace", peer_cidr, "via", peer_ip)
 
+    def _claim_stores(self) -> None:
+        """A store of the real nodes' pool (imagestore: kept between clusters, the local provider's too) for each
+        worker; a worker finding none free starts with an empty containerd root, as a new kind node does."""
+        workers = sum(1 for n in config(self.base_config, self.name, self.lock)["nodes"] if n.get("role") == "worker")
+        pool = imagestore.pool_dir()
+        for store in imagestore.seed(pool):
+            progress.info(f"  image store {store} cloned from a populated one (hard links)")
+        for _ in range(workers):
+            claimed = imagestore.claim(pool)
+            if claimed is None:
+                break
+            self.stores.append(claimed)
+
+    def _drop_stale_images(self) -> None:
+        """A kept store's images whose tag the mirror now serves at another digest go, and the worker's system pods
+        (kube-proxy) restart on the current ones; TrainJobs' pods pull theirs as they start."""
+        assert self.builder is not None
+        for node in self.nodes[:len(self.stores)]:
+            listing = self.node_exec(node.name, "ctr", "-n", "k8s.io", "images", "ls").stdout
+            stale = imagestore.stale_refs(listing, self.builder.digest)
+            if stale:
+                self.node_exec(node.name, "ctr", "-n", "k8s.io", "images", "rm", *stale)
+                self.kubectl("delete", "pods", "-n", "kube-system", "--field-selector", f"spec.nodeName={node.name}",
+                             "--wait=false")
+                progress.info(f"  {node.name}: {len(stale)} stale image reference(s) removed from its kept store")
+
     def prepull(self, refs: list[str]) -> None:
         """Start pulling REFS (the mirror's workload images) into every worker's containerd, in the background:
         a new kind node has no image, and the torch image alone is gigabytes, so the pulls run while the chart
@@ -330,4 +369,6 @@ class KindCluster:
             for sub in ("docker", "usrlib"):
                 shutil.rmtree(self.workdir / "engine" / sub, ignore_errors=True)
         self._timed("teardown: the engine's data", start)
+        for store in self.stores:
+            store.release()
         return left

@@ -80,7 +80,6 @@ def containerd_config(lock: lockmod.Lock) -> str:
 version = 3
 [plugins.'io.containerd.cri.v1.images']
   snapshotter = "overlayfs"
-  discard_unpacked_layers = true
   [plugins.'io.containerd.cri.v1.images'.pinned_images]
     sandbox = "{pause}"
   [plugins.'io.containerd.cri.v1.images'.registry]

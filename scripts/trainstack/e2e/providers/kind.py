@@ -75,6 +75,7 @@ class Plan:
     mode: str
     node_image: str
     why: str
+    published: str = ""  # why the published path can or cannot run (what `auto` says)
 
 
 def decide(lock: lockmod.Lock, docker: tuple[bool, str], published: tuple[bool, str] | None,
@@ -85,13 +86,14 @@ def decide(lock: lockmod.Lock, docker: tuple[bool, str], published: tuple[bool, 
     one is built for the lock's kubernetes.version."""
     node = lock.kind_node_image().reference()
     if docker[0] and published is not None and published[0]:
-        return Plan(PUBLISHED, node, f"a Docker engine answers and {node} is available ({published[1]})")
+        said = f"a Docker engine answers and {node} is available ({published[1]})"
+        return Plan(PUBLISHED, node, said, said)
     missing = f"no Docker engine ({docker[1]})" if not docker[0] else \
         f"{node} cannot be had ({published[1] if published else 'not tried'})"
     assembled_image = f"trainstack/kind-node:{lock.kubernetes_version} (assembled here)"
     if assembled[0]:
-        return Plan(ASSEMBLED, assembled_image, f"{missing}: a private engine and {assembled_image}")
-    return Plan("", "", f"{missing}, and no private engine here ({assembled[1]})")
+        return Plan(ASSEMBLED, assembled_image, f"{missing}: a private engine and {assembled_image}", missing)
+    return Plan("", "", f"{missing}, and no private engine here ({assembled[1]})", missing)
 
 
 def can_assemble() -> tuple[bool, str]:
@@ -114,7 +116,7 @@ def viable(lock: lockmod.Lock) -> tuple[bool, str]:
     """Can kind run here (auto)? Only where an engine answers and the published image can be had: the assembled
     path needs minutes of builds, which `auto` does not choose on its own."""
     chosen = plan(lock)
-    return chosen.mode == PUBLISHED, chosen.why
+    return chosen.mode == PUBLISHED, chosen.published
 
 
 class KindProvider(Provider):
