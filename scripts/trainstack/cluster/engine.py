@@ -88,7 +88,7 @@ def root(lock: lockmod.Lock) -> Path:
     return out
 
 
-def holder_setup(box_name: str, workdir: Path) -> tuple[str, ...]:
+def holder_setup(workdir: Path) -> tuple[str, ...]:
     """What the sandbox's holder mounts for the engine: a tmpfs exec root, and /usr/lib as an overlay whose
     upper layer holds an empty `modules` (kind's `-v /lib/modules:/lib/modules:ro`)."""
     upper, work = workdir / "usrlib" / "upper", workdir / "usrlib" / "work"
@@ -173,12 +173,3 @@ class Engine:
                            f"{self.root / 'usr/sbin/runc'} \"$@\"\n")
         wrapper.chmod(0o755)
         return wrapper
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except proc.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()

@@ -31,6 +31,7 @@ import yaml
 from .. import images, paths, proc, progress, tools, yamlio
 from .. import lock as lockmod
 from ..errors import UserError, output_line
+from ..kubectl import Kubectl
 from . import addons, imagestore, kindnode
 from . import engine as enginemod
 from .common import free_port
@@ -158,7 +159,7 @@ class KindCluster:
                             "run, or one kept with --keep); nothing was run", "remove it with 'trainstack e2e down'")
         start = time.monotonic()
         box = Sandbox(name=f"kind-{self.name.removeprefix('trainstack-')}", workdir=self.workdir / "engine")
-        box.holder_setup = enginemod.holder_setup(box.name, box.workdir)
+        box.holder_setup = enginemod.holder_setup(box.workdir)
         self.sandbox = box.create()
         for line in remove_leftovers():
             progress.info(f"  {line} (left by an earlier run)")
@@ -198,8 +199,8 @@ class KindCluster:
         self.wait_nodes_ready(timeout=300)
         self._drop_stale_images()
         self.prepull([b.reference for b in self.built_images if b.name in self.workload_images])
-        self.kubectl("delete", "storageclass", "standard", "--ignore-not-found")  # kind's, with no provisioner here
-        self.apply(objects)
+        self.kube.kubectl("delete", "storageclass", "standard", "--ignore-not-found")  # kind's, no provisioner here
+        self.kube.apply(objects)
         self._timed("pod network and nodes Ready", start)
         return self
 
@@ -256,19 +257,14 @@ class KindCluster:
             raise UserError(f"{node}: '{' '.join(cmd[:4])}' failed: {(result.stderr or result.stdout).strip()[-300:]}")
         return result
 
-    def kubectl(self, *args: str, timeout: float = 120) -> proc.CompletedProcess:
-        return proc.run([str(tools.require("kubectl", self.lock)), "--kubeconfig", str(self.kubeconfig), *args],
-                        check=False, timeout=timeout)
-
-    def apply(self, objects: list[dict[str, Any]]) -> None:
-        result = proc.run([str(tools.require("kubectl", self.lock)), "--kubeconfig", str(self.kubeconfig), "apply",
-                           "-f", "-"], check=False, timeout=120, input=yaml.safe_dump_all(objects))
-        if result.returncode != 0:
-            raise UserError(f"kubectl apply on the kind cluster failed: {output_line(result.stderr)}")
+    @property
+    def kube(self) -> Kubectl:
+        """kubectl against this cluster, through the host's relayed port."""
+        return Kubectl(self.kubeconfig, lock=self.lock)
 
     def _pod_network(self) -> None:
         """What kindnetd does: each node's bridge CNI configuration for its pod subnet, routes to the others'."""
-        nodes = json.loads(self.kubectl("get", "nodes", "-o", "json").stdout or "{}").get("items", [])
+        nodes = self.kube.kubectl_json("get", "nodes").get("items", [])
         subnets: dict[str, tuple[str, str]] = {}
         for node in nodes:
             cidr = node.get("spec", {}).get("podCIDR", "")
@@ -308,7 +304,7 @@ class KindCluster:
             stale = imagestore.stale_refs(listing, self.builder.digest)
             if stale:
                 self.node_exec(node.name, "ctr", "-n", "k8s.io", "images", "rm", *stale)
-                self.kubectl("delete", "pods", "-n", "kube-system", "--field-selector", f"spec.nodeName={node.name}",
+                self.kube.kubectl("delete", "pods", "-n", "kube-system", "--field-selector", f"spec.nodeName={node.name}",
                              "--wait=false")
                 progress.info(f"  {node.name}: {len(stale)} stale image reference(s) removed from its kept store")
 
@@ -328,7 +324,7 @@ class KindCluster:
     def wait_nodes_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            result = self.kubectl("get", "nodes", "-o", "json")
+            result = self.kube.kubectl("get", "nodes", "-o", "json", check=False)
             items = json.loads(result.stdout).get("items", []) if result.returncode == 0 else []
             ready = [n for n in items if any(c["type"] == "Ready" and c["status"] == "True"
                                              for c in n.get("status", {}).get("conditions", []))]
