@@ -6,12 +6,16 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from conftest import ROOT, run_cli
+from trainstack import paths
 from trainstack.cluster import kind, kindnode
 from trainstack.cluster import sandbox as sandboxmod
 
@@ -61,6 +65,8 @@ def test_kind_e2e_runs_on_three_kind_nodes_and_leaves_the_host_as_it_was(tmp_pat
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     report = json.loads(summary.read_text())
     assert report["provider"] == "kind"
+    # each step of the summary says the provider it ran on
+    assert {s["provider"] for s in report["steps"]} == {"kind"}
     steps = {s["step"]: s for s in report["steps"]}
     for name in ("cluster (kind)", "helm install", "CRDs established", "controllers and webhooks ready",
                  "helm test", "smoke TrainJobs Complete", "JobSets and Jobs created", "pod placement",
@@ -111,3 +117,49 @@ def test_kind_e2e_runs_on_three_kind_nodes_and_leaves_the_host_as_it_was(tmp_pat
     assert trainstack_sandboxes("trainstack-kind-") == []
     assert processes_mentioning("dockerd") == [] and processes_mentioning(report["run_dir"] + "/") == []
     assert kubeconfig_state() == user_kubeconfig
+
+
+def test_e2e_down_removes_what_a_killed_kind_run_left():
+    """A CI job killed mid-run (its whole process group, SIGKILL) while kind creates the nodes: the engine, its
+    containers and the sandbox outlive it; `e2e down --provider kind` (kind's part of `e2e down`: this group
+    leaves the first group's kept clusters alone) removes them, and the host is as before."""
+    before = host_state()
+    iptables = subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+    log = paths.cache_dir() / "e2e" / f"pytest-kind-kill-{os.getpid()}.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as sink:
+        run = subprocess.Popen([str(ROOT / ".venv" / "bin" / "trainstack"), "e2e", "--provider", "kind"], cwd=ROOT,
+                               stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
+    boxes: list[str] = []
+    engine_dir: Path | None = None
+    try:
+        deadline = time.monotonic() + 600
+        while True:  # until the engine runs the three node containers
+            assert run.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "kind never started its nodes: " + log.read_text()[-2000:]
+            boxes = [p.name for p in sandboxmod.NETNS_DIR.glob(f"{sandboxmod.PREFIX}{kind.SANDBOX_PREFIX}*")
+                     if sandboxmod.owner_record(p.name).get("owner_pid") == run.pid]
+            engine_dir = Path(str(sandboxmod.owner_record(boxes[0]).get("workdir", ""))) if boxes else None
+            if engine_dir and len(list((engine_dir / "docker" / "containers").glob("*"))) >= 3:
+                break
+            time.sleep(1)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)  # the run dies without tearing down
+        run.wait()
+    try:  # only `e2e down` removes it here; the cleanup below runs when a check fails, for the next module
+        assert engine_dir is not None
+        run_dir = str(engine_dir.parents[1]) + "/"
+        assert processes_mentioning(run_dir), "the killed run left its engine running"
+        down = run_cli("e2e", "down", "--provider", "kind", timeout=300)
+        assert down.returncode == 0, down.stdout + down.stderr
+        # no engine process, container, network namespace, cgroup, mount or data of the run; the host as before
+        assert processes_mentioning(run_dir) == [] and processes_mentioning("dockerd") == []
+        assert trainstack_sandboxes(boxes[0]) == []
+        assert not any(run_dir in ln for ln in Path("/proc/self/mountinfo").read_text().splitlines())
+        assert not (engine_dir / "docker").exists()
+        assert host_state() == before
+        assert_same_rules(iptables, subprocess.run(["iptables-save"], capture_output=True, text=True).stdout)
+    except BaseException:
+        remove_own_leftovers()
+        raise
+    log.unlink()

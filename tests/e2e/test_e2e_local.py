@@ -107,6 +107,7 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
         run_cli("e2e", "down")  # only stops what a dead run left; a no-op after a normal one
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
     report = json.loads(summary.read_text())
+    assert {s["provider"] for s in report["steps"]} == {"local"}  # each step beside the provider it ran on
     steps = {s["step"]: s for s in report["steps"]}
     for name in REQUIRED + REAL_NODE_STEPS:
         assert steps[name]["result"] == "pass", (name, steps[name])

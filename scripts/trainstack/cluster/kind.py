@@ -38,6 +38,7 @@ from .common import free_port
 from .node import CLUSTER_POD_CIDR, REGISTRY_PORT, registry_config
 from .sandbox import NETNS_DIR, PREFIX, Sandbox, cleanup_stale, log_tail, owner_record
 
+SANDBOX_PREFIX = "kind-"  # the engines' sandboxes, trainstack-kind-<cluster>: `e2e down --provider kind` removes these
 API_PORT = 6443  # the control plane's, published on the sandbox's loopback
 # The images kubeadm runs the control plane from (kindnode.kubeadm_patches names them), beside the pause image.
 CONTROL_PLANE_IMAGES = ("pause", "etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler",
@@ -54,7 +55,7 @@ def leftovers() -> list[Path]:
 def remove_leftovers() -> list[str]:
     """Remove the data roots of engines no longer running (after sandbox.cleanup_stale: a sandbox still there is
     a live run's, or a kept cluster's, and its data stays); a line each."""
-    alive = {Path(str(owner_record(p.name).get("workdir", ""))) for p in NETNS_DIR.glob(f"{PREFIX}kind-*")} \
+    alive = {Path(str(owner_record(p.name).get("workdir", ""))) for p in NETNS_DIR.glob(f"{PREFIX}{SANDBOX_PREFIX}*")} \
         if NETNS_DIR.is_dir() else set()
     done = []
     for root in leftovers():
@@ -153,12 +154,12 @@ class KindCluster:
     def start(self) -> KindCluster:
         for line in cleanup_stale():
             progress.info(f"  {line} (left by an earlier run)")
-        busy = sorted(p.name for p in NETNS_DIR.glob(f"{PREFIX}kind-*")) if NETNS_DIR.is_dir() else []
+        busy = sorted(p.name for p in NETNS_DIR.glob(f"{PREFIX}{SANDBOX_PREFIX}*")) if NETNS_DIR.is_dir() else []
         if busy:  # the engine's data root is one per machine: one kind cluster at a time
             raise UserError(f"a kind cluster of this machine's private engine is running ({', '.join(busy)}: another "
                             "run, or one kept with --keep); nothing was run", "remove it with 'trainstack e2e down'")
         start = time.monotonic()
-        box = Sandbox(name=f"kind-{self.name.removeprefix('trainstack-')}", workdir=self.workdir / "engine")
+        box = Sandbox(name=f"{SANDBOX_PREFIX}{self.name.removeprefix('trainstack-')}", workdir=self.workdir / "engine")
         box.holder_setup = enginemod.holder_setup(box.workdir)
         self.sandbox = box.create()
         for line in remove_leftovers():

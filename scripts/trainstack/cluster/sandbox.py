@@ -428,10 +428,13 @@ def _find_holder(box: Sandbox) -> int | None:
     return None
 
 
-def cleanup_stale(include_kept: bool = False) -> list[str]:
-    """Remove what crashed runs left (and, with INCLUDE_KEPT, kept clusters' sandboxes); a line per sandbox removed."""
+def cleanup_stale(include_kept: bool = False, kind: str = "") -> list[str]:
+    """Remove what crashed runs left (and, with INCLUDE_KEPT, kept clusters' sandboxes), only those whose name
+    starts with KIND when given (`kind-`: the kind provider's engines); a line per sandbox removed."""
     done = []
     for box in stale(include_kept):
+        if not box.name.startswith(kind):
+            continue
         left = box.destroy(timeout=15)
         done.append(f"removed sandbox {box.netns}" + (f" (left: {', '.join(left)})" if left else ""))
     return done

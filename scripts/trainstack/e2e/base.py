@@ -67,8 +67,13 @@ def said_line(text: str) -> str:
     return output_line(text, markers=(), empty="")
 
 
-def summary_rows(steps: list[Step]) -> list[tuple[str, str, str, str]]:
-    return [(s.name, s.result, f"{s.seconds:.1f}", s.detail[:120]) for s in steps]
+SUMMARY_COLUMNS = ("step", "provider", "result", "seconds", "detail")
+
+
+def summary_rows(steps: list[Step], provider: str) -> list[tuple[str, str, str, str, str]]:
+    """The summary table's rows (SUMMARY_COLUMNS): each step beside the provider it ran on (`kind`, `local`, ...),
+    so two runs' tables read side by side."""
+    return [(s.name, provider, s.result, f"{s.seconds:.1f}", s.detail[:120]) for s in steps]
 
 
 # A step of a suite's plan: returns its detail line (or an Outcome with fields too); raises to fail.

@@ -83,14 +83,15 @@ def _interrupt(signum: int, frame: object) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..release import resolve
-    from .base import Step, summary_rows
+    from .base import SUMMARY_COLUMNS, Step, summary_rows
     from .gitops import GitOpsSuite, check_args
     from .providers.local import down_kept
     from .suite import Suite
 
     if args.e2e_command == "down":
-        progress.info(down_kept())
+        progress.info(down_kept(args.provider))
         return 0
+    args.provider = args.provider or "local"
     if args.install and args.provider != "existing":
         raise UserError("--install is only for --provider existing", "local and kind always install", exit_code=2)
     if args.port_base is not None and not 1024 <= args.port_base <= 65500:
@@ -147,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
         failure = UserError("interrupted", exit_code=130)
     where = ""
     if failure is not None and (suite.kube is not None or provider.logs()):
-        summary = "\n".join(" | ".join(row) for row in summary_rows(suite.steps)) + f"\n\n{failure.one_line()}\n"
+        rows = summary_rows(suite.steps, provider.name)
+        summary = "\n".join(" | ".join(row) for row in rows) + f"\n\n{failure.one_line()}\n"
         try:
             logs = {**provider.logs(), **(gitops.logs() if gitops is not None else {})}
             where = str(artifacts.collect(stamp, suite.kube, logs, run_dir, summary))
@@ -175,8 +177,8 @@ def run(args: argparse.Namespace) -> int:
     total = time.monotonic() - start
     progress.table(
         f"trainstack e2e: provider {provider.name}, env {args.env}{cache} ({total:.1f}s)",
-        ["step", "result", "seconds", "detail"],
-        summary_rows(suite.steps),
+        SUMMARY_COLUMNS,
+        summary_rows(suite.steps, provider.name),
     )
     summary_path = os.environ.get("TRAINSTACK_E2E_SUMMARY")
     if summary_path:  # machine-readable step table (trainstack bench e2e reads it)
@@ -192,8 +194,8 @@ def run(args: argparse.Namespace) -> int:
                     "passed": failure is None,
                     **({"memory": memory} if (memory := getattr(provider, "memory_report", None)) else {}),
                     "steps": [
-                        {"step": s.name, "result": s.result, "seconds": round(s.seconds, 1), "detail": s.detail,
-                         "data": s.data}
+                        {"step": s.name, "provider": provider.name, "result": s.result,
+                         "seconds": round(s.seconds, 1), "detail": s.detail, "data": s.data}
                         for s in suite.steps
                     ],
                 },
@@ -262,12 +264,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         nargs="?",
         choices=["run", "down"],
         default="run",
-        help="run (default) the suite, or down: stop a cluster kept with --keep",
+        help="run (default) the suite, or down: stop a cluster kept with --keep and remove what a killed run left "
+        "(every provider's, or --provider kind's only)",
     )
     parser.add_argument(
         "--provider",
         choices=PROVIDERS,
-        default="local",
+        default=None,
         help="local (default): local processes and fake nodes; kind; existing: the current "
         "context; auto: kind when Docker and the images are there, else local",
     )

@@ -421,8 +421,14 @@ def cluster_name(run_dir: Path) -> str:
     return f"trainstack-e2e-{hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:6]}"
 
 
-def down_kept() -> str:
-    """`trainstack e2e down`: stop the clusters kept with --keep (or left by a run that died), by recorded pid."""
+def down_kept(provider: str | None = None) -> str:
+    """`trainstack e2e down`: stop the clusters kept with --keep (or left by a run that died), by recorded pid;
+    with PROVIDER `kind`, only the kind provider's (its engines' sandboxes and data), else every provider's."""
+    from ...cluster.kind import SANDBOX_PREFIX, remove_leftovers
+
+    if provider == "kind":
+        stopped = sandbox.cleanup_stale(include_kept=True, kind=SANDBOX_PREFIX) + remove_leftovers()
+        return f"stopped and removed: {', '.join(stopped)}" if stopped else "nothing to stop: no kind engine left"
     stopped = []
     for path in sorted(state_dir().glob("*.json")) if state_dir().is_dir() else []:
         state = json.loads(path.read_text())
@@ -441,9 +447,7 @@ def down_kept() -> str:
         shutil.rmtree(state["run_dir"], ignore_errors=True)
         path.unlink()
         stopped.append(f"{state['cluster']} ({len(pids)} processes)")
-    stopped += sandbox.cleanup_stale(include_kept=True)  # the kept clusters' namespaces and cgroups
-    from ...cluster.kind import remove_leftovers
-
+    stopped += sandbox.cleanup_stale(include_kept=True)  # the kept clusters' namespaces and cgroups, kind's too
     stopped += remove_leftovers()  # the kind engines' data (their sandboxes are gone now)
     if not stopped:
         return "nothing to stop: no kept local e2e cluster"
