@@ -142,7 +142,28 @@ def test_placement_params_follow_the_pools_teams_and_priority_classes(chart_read
                                                         if not t["key"].startswith("node.kubernetes.io/"))
     assert params["team.team-a.gpus"] == "true" and params["team.team-b.gpus"] == "false"  # quota with and without GPUs
     assert "node-role.kubernetes.io/control-plane" in params["controlPlaneLabels"].split(",")
-    assert params["priorityClasses"] == "" and params["imageEnvVars"] == "CACHE_IMAGE"
+    assert params["priorityClasses"] == "" and params["imageEnvVars"] == "CACHE_IMAGE,FLUX_VIEW_IMAGE"
     listed = by_kind(docs_of(helm_template("--set", "policies.params.priorityClasses={batch-low}",
                                            "--set", "runtimes.defaults.priorityClassName=training").stdout), "ConfigMap")
     assert listed["trainstack-policy-params"]["data"]["priorityClasses"] == "batch-low,training"
+
+
+def test_device_variables_are_one_param_and_an_empty_list_turns_their_denial_off(chart_ready, tmp_path):
+    """deniedEnvVars reaches the params ConfigMap as one list; emptied there, the rule lets
+    NVIDIA_VISIBLE_DEVICES through offline (the list is the rule's whole input, nothing hard-coded)."""
+    docs = [d for d in yamlio.load_all(rendered_file("prod").read_text()) if d]
+    params = by_kind(docs, "ConfigMap")["trainstack-policy-params"]["data"]
+    denied = set(params["deniedEnvVars"].split(","))
+    assert {"NVIDIA_VISIBLE_DEVICES", "AMD_VISIBLE_DEVICES", "NVIDIA_IMEX_CHANNELS"} <= denied
+    assert not {"CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"} & denied
+    job = next(e for e in examples() if e.obj["metadata"]["name"] == "all-gpus-of-the-node")
+    (tmp_path / "job.yaml").write_text(yaml.safe_dump(job.obj, sort_keys=False))
+    params["deniedEnvVars"] = ""
+    (tmp_path / "emptied.yaml").write_text(yaml.safe_dump_all(docs, sort_keys=False))
+    verdicts = {}
+    for name, render in (("default", rendered_file("prod")), ("emptied", tmp_path / "emptied.yaml")):
+        result = run_cli("validate", str(render), str(tmp_path / "job.yaml"), "--policies", "--output", "json")
+        verdicts[name] = [f for f in json.loads(result.stdout)["findings"]
+                          if f["file"] == str(tmp_path / "job.yaml") and f["severity"] == "error"]
+    assert any(job.message in f["message"] for f in verdicts["default"]), verdicts["default"]
+    assert verdicts["emptied"] == [], verdicts["emptied"]

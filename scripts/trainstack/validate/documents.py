@@ -29,9 +29,13 @@ STDIN = "-"
 
 _MARKER = re.compile(r"^(---|\.\.\.)(?=[ \t\r]|$)", re.MULTILINE)
 # A lone UTF-16 surrogate: in a str it cannot be encoded as UTF-8 (libyaml, jsonschema-rs and the CEL
-# evaluator all need UTF-8), so a text or a JSON string holding one is reported, never validated further.
+# evaluator all need UTF-8). A byte that is not UTF-8, or a surrogate in a key, is reported and the document
+# not validated further; a JSON string value escaping one (\\ud800) is what the API server's JSON decoder
+# reads as U+FFFD and accepts: a warning, and the value is validated with U+FFFD (so a field whose format
+# rejects that still fails).
 _SURROGATE = re.compile("[\ud800-\udfff]")
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_FULL = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
 _ESCAPE_OR_SURROGATE = re.compile(r"\\(?:u([0-9a-fA-F]{4})|.)|[\ud800-\udfff]", re.DOTALL)
 
 
@@ -305,14 +309,19 @@ def _parse_json(text: str, file: str) -> list[Document] | None:
             Problem("yaml-syntax", "the document nests too deeply to be read", "", 1)])]
     except ValueError as err:
         return [Document(file, 0, 1, None, problems=[Problem("json-value", str(err), "", 1)])]
+    replaced: list[tuple[list, str]] = []
     if _SURROGATE.search(text) or _SURROGATE_ESCAPE.search(text):
         found = _surrogate_field(data)
         if found is not None:
             where, char = found
             at, first = _lone_surrogate_at(text)
             line = text.count("\n", 0, at) + 1 if at >= 0 else 1
-            return [Document(file, 0, line, None, problems=[
-                _invalid_text(first or char, where, line, raw=at >= 0 and not text.startswith("\\", at))])]
+            raw = at >= 0 and not text.startswith("\\", at)
+            replaced = [] if raw or _SURROGATE.search(text) else _replace_surrogates(data)
+            if not replaced:
+                return [Document(file, 0, line, None, problems=[_invalid_text(first or char, where, line, raw=raw)])]
+            # only escapes, only in values: what the API server stores; lines from the text with U+FFFD escaped
+            text = _SURROGATE_ESCAPE_FULL.sub(lambda m: "\\ufffd", text)
     doc = Document(file, 0, 1, data, has_null=has_null, text=text)
     if dups:
         # Line numbers for JSON come from composing it as YAML (JSON is YAML flow style).
@@ -326,6 +335,12 @@ def _parse_json(text: str, file: str) -> list[Document] | None:
         if not doc.problems:
             doc.problems = [Problem("duplicate-key", f"duplicate key '{k}'; the API server rejects duplicate fields",
                                     "", 1) for k in dups]
+    for where, char in replaced:
+        line = doc.line_of(pointer(where))
+        doc.problems.append(Problem(
+            "invalid-text", f"{dotted(where) or 'the document'}: unpaired UTF-16 surrogate U+{ord(char):04X} is not "
+            f"Unicode text; the API server stores U+FFFD, the replacement character, instead (line {line})",
+            pointer(where), line, severity="warning"))
     return [doc]
 
 
@@ -367,6 +382,33 @@ def _surrogate_field(data: Any) -> tuple[list, str] | None:
         elif isinstance(value, list):
             stack.extend(reversed([(item, path + [i]) for i, item in enumerate(value)]))
     return None
+
+
+def _replace_surrogates(data: Any) -> list[tuple[list, str]]:
+    """Replace, in place, each lone surrogate of every string value with U+FFFD, as the API server's JSON
+    decoder does; (keys/indexes, first surrogate) of each value changed. [] (and nothing changed) when a
+    key holds one: a key is a field name, not free text."""
+    changed: list[tuple[list, str]] = []
+    stack: list[tuple[Any, list]] = [(data, [])]
+    while stack:
+        value, path = stack.pop()
+        items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+        for key, item in items:
+            if isinstance(key, str) and _SURROGATE.search(key):
+                return []
+            if isinstance(item, str):
+                found = _SURROGATE.search(item)
+                if found is not None:
+                    changed.append((path + [key], found.group()))
+            elif isinstance(item, (dict, list)):
+                stack.append((item, path + [key]))
+    for where, _ in changed:
+        parent = data
+        for part in where[:-1]:
+            parent = parent[part]
+        parent[where[-1]] = _SURROGATE.sub("\ufffd", parent[where[-1]])
+    changed.sort(key=lambda c: [str(p) for p in c[0]])
+    return changed
 
 
 def _lone_surrogate_at(text: str) -> tuple[int, str]:

@@ -149,11 +149,29 @@ def test_lone_surrogates_in_json_are_one_clear_finding():
         assert "unpaired UTF-16 surrogate U+D800" in result["findings"][0]["message"]
     value_only = SURROGATES.replace('"\\udc00"', '"other"')
     key_only = SURROGATES.replace('"\\ud800x"', '"default"')
-    _surrogate_finding(_check(*command.run(["-", "-o", "json"], stdin_text=value_only)), "/spec/project", 3)
+    # in a value alone: the API server stores U+FFFD and accepts it, a warning (and the rest is validated)
+    findings = _check(*command.run(["-", "-o", "json"], stdin_text=value_only))["findings"]
+    assert [(f["severity"], f["line"], f["path"]) for f in findings if f["rule"] == "invalid-text"] == [
+        ("warning", 3, "/spec/project")]
     # a key is named as the \\uXXXX escape it was written as, so every output can carry it
     _surrogate_finding(_check(*command.run(["-", "-o", "json"], stdin_text=key_only)), "/spec/\\udc00", 3)
     paired = SURROGATES.replace('"\\ud800x"', '"\\ud83d\\ude00"').replace('"\\udc00"', '"other"')
     assert "invalid-text" not in command.run(["-", "-o", "json"], stdin_text=paired)[1]
+
+
+def test_a_lone_surrogate_in_free_text_warns_and_in_a_formatted_field_fails():
+    job = ('{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",\n'
+           ' "metadata": {"name": "job", "namespace": "team-a"},\n'
+           ' "spec": {"runtimeRef": {"name": "torch-distributed"},\n'
+           '  "trainer": {"env": [{"name": "GREETING", "value": "hi \\ud800"}]}}}\n')
+    code, out = command.run(["-", "-o", "json"], stdin_text=job)
+    assert code == 0 and [(f["rule"], f["severity"], f["path"]) for f in _check(code, out)["findings"]] == [
+        ("invalid-text", "warning", "/spec/trainer/env/0/value")]
+    # a name must be a DNS label: with U+FFFD stored it is not, an error as the API server gives
+    code, out = command.run(["-", "-o", "json"], stdin_text=job.replace('"job"', '"job\\ud800"'))
+    findings = _check(code, out)["findings"]
+    assert code == 1 and ("invalid-text", "warning") in [(f["rule"], f["severity"]) for f in findings]
+    assert any(f["severity"] == "error" and f["path"] == "/metadata/name" for f in findings), findings
 
 
 def test_a_lone_surrogate_in_yaml_text_names_its_line_and_field():

@@ -142,3 +142,35 @@ def test_non_utf8_files_are_a_finding(tmp_path):
     path.write_bytes(b"a: 1\nb: \xff\xfe\n")
     text, problem = documents.read(str(path))
     assert text is None and problem.rule == "yaml-syntax" and problem.line == 2
+
+
+# A TrainJob in JSON whose trainer env value escapes an unpaired UTF-16 surrogate (\ud800).
+SURROGATE_ENV = ('{"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",\n'
+                 ' "metadata": {"name": "job", "namespace": "team-a"},\n'
+                 ' "spec": {"trainer": {"env": [\n'
+                 '   {"name": "GREETING", "value": "hi \\ud800 there"}]}}}\n')
+
+
+def test_a_lone_surrogate_in_a_json_value_is_a_warning_and_validated_as_the_api_server_stores_it():
+    [doc] = _docs(SURROGATE_ENV, "job.json")
+    # the API server's JSON decoder stores U+FFFD and accepts the object: the rest is validated as stored
+    assert doc.data["spec"]["trainer"]["env"][0]["value"] == "hi \ufffd there"
+    [problem] = doc.problems
+    assert (problem.rule, problem.severity, problem.path, problem.line) == (
+        "invalid-text", "warning", "/spec/trainer/env/0/value", 4)
+    # every value that held one is named, and lines still resolve
+    both = SURROGATE_ENV.replace('"job"', '"job\\udc00"')
+    [doc] = _docs(both, "job.json")
+    assert doc.data["metadata"]["name"] == "job\ufffd"  # the name's own format check rejects U+FFFD
+    assert [(p.path, p.line, p.severity) for p in doc.problems] == [
+        ("/metadata/name", 2, "warning"), ("/spec/trainer/env/0/value", 4, "warning")]
+
+
+def test_a_lone_surrogate_in_a_key_or_a_byte_that_is_not_utf8_is_an_error():
+    key = SURROGATE_ENV.replace('"GREETING", "value": "hi \\ud800 there"', '"GREETING", "v\\ud800": "x"')
+    [doc] = _docs(key, "job.json")
+    [problem] = doc.problems
+    assert doc.data is None and (problem.rule, problem.severity) == ("invalid-text", "error")
+    raw = SURROGATE_ENV.replace("\\ud800", "\udced")  # how a byte that is not UTF-8 reads (surrogateescape)
+    [doc] = _docs(raw, "job.json")
+    assert doc.data is None and doc.problems[0].severity == "error" and "byte 0xED" in doc.problems[0].message
