@@ -23,7 +23,7 @@ from support.monitoring_render import WITH_KUEUE, alerts, render, rule_groups, r
 from trainstack import monitoring, tools, yamlio
 
 FORCED = ("--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always")
-# The tracking server's ServiceMonitor and alerts (templates/tracking-*.yaml; its policy: tests/chart/test_tracking.py).
+# The tracking server's ServiceMonitor and alerts (templates/tracking/; its policy: tests/chart/test_tracking.py).
 TRACKED = ("--set", "tracking.enabled=true")
 ALERTS_TEST = ROOT / "tests" / "monitoring" / "alerts_test.yaml"
 OPERATIONS = ROOT / "docs" / "operations.md"
@@ -75,7 +75,7 @@ def test_every_metric_the_rules_and_the_dashboard_use_is_defined_upstream(forced
 
 @pytest.mark.slow
 def test_metrics_access_matches_what_each_pinned_binary_supports(lock):
-    """docs/operations.md and templates/_monitoring.tpl say: JobSet and LWS filter /metrics with
+    """docs/operations.md and templates/monitoring/_monitoring.tpl say: JobSet and LWS filter /metrics with
     controller-runtime's authn/authz, Trainer v2.3.0 serves it unauthenticated (NetworkPolicy)."""
     def source_text(chart: str, path: str) -> str:
         source = lock.chart(chart).source

@@ -132,7 +132,7 @@ def apiserver(chart_ready, local_cluster):
 
         def torch_runtime(*values: str) -> dict:
             rendered = helm.run(["template", "t", str(chart_ready), "-n", "kubeflow-system", "--kube-version",
-                                 cluster.lock.kubernetes_version, "--show-only", "templates/runtimes.yaml",
+                                 cluster.lock.kubernetes_version, "--show-only", "templates/runtimes/clustertrainingruntimes.yaml",
                                  *values]).stdout
             return next(d for d in yamlio.load_all(rendered) if d and d["metadata"]["name"] == "torch-distributed")
 
@@ -146,7 +146,7 @@ def apiserver(chart_ready, local_cluster):
         # the chart's guard rails (ValidatingAdmissionPolicies, their bindings and params) as shipped
         cluster.kubectl("create", "namespace", "kubeflow-system")
         policies = helm.run(["template", "t", str(chart_ready), "-n", "kubeflow-system", "--kube-version",
-                             cluster.lock.kubernetes_version, "--show-only", "templates/policies.yaml"]).stdout
+                             cluster.lock.kubernetes_version, "--show-only", "templates/policies/*.yaml"]).stdout
         cluster.apply([d for d in yamlio.load_all(policies) if d])
         cluster.apply(tp.rbac_manifests("team-a", steps=("train",)))
         config = yamlio.load(cluster.kubectl("config", "view", "--raw", "--minify", "--flatten").stdout)

@@ -106,7 +106,7 @@ def test_real_metrics_of_the_pinned_controllers(local_cluster, lock, tmp_path):
     local_cluster.apply(crds, server_side=True)
     local_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                           *[f"crd/{c['metadata']['name']}" for c in crds])
-    # The chart's reader role, bound to a scraper ServiceAccount (as templates/metrics.yaml does).
+    # The chart's reader role, bound to a scraper ServiceAccount (as templates/monitoring/ does).
     local_cluster.apply([
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow-system"}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "scraper", "namespace": "kubeflow-system"}},

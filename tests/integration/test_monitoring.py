@@ -18,7 +18,7 @@ from conftest import ROOT
 from support.monitoring_render import WITH_KUEUE, alerts, render, rule_groups, run_tool
 from trainstack import monitoring, tools
 
-# Tracking on too: its ServiceMonitor and alerts are monitoring's (templates/tracking-*.yaml).
+# Tracking on too: its ServiceMonitor and alerts are monitoring's (templates/tracking/).
 FORCED = ("--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always",
           "--set", "tracking.enabled=true")
 # The thresholds tests/monitoring/alerts_test.yaml was written for (its header says the same).
