@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, by_kind, docs_of, rendered_file
-from gitops_support import ENVIRONMENTS, rendered
+from support.gitops import ENVIRONMENTS, rendered
 
 pytestmark = pytest.mark.slow
 

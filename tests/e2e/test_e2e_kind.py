@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from support.cli import run_cli
 from trainstack.cluster import kind, kindnode
 from trainstack.cluster import sandbox as sandboxmod
 

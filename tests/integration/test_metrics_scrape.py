@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters import scratch
 from conftest import ROOT
+from support.clusters import scratch
 from trainstack import monitoring, tools, yamlio
 from trainstack.cluster.local import FAIL_LABEL, free_port, stop_pids
 
@@ -29,7 +29,7 @@ AFTER_WEBHOOK_CALLS = {"controller_runtime_webhook_latency_seconds_bucket"}
 
 @pytest.fixture
 def local_cluster(local_cluster):
-    """The shared bare cluster (tests/clusters.py): no chart, so no controller of the chart holds the
+    """The shared bare cluster (tests/support/clusters.py): no chart, so no controller of the chart holds the
     leader lease the processes started here take; what the test creates there is deleted afterwards."""
     with scratch(local_cluster) as cluster:
         yield cluster

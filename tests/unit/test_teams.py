@@ -3,7 +3,7 @@ errors of bad team values, and `trainstack team add` editing a values file in pl
 
 from __future__ import annotations
 
-from conftest import assert_one_line_error, run_cli
+from support.cli import assert_one_line_error, run_cli
 from support.team_values import VALUES
 
 
