@@ -75,7 +75,7 @@ chart: setup-chart ## the chart as one reproducible archive in dist/ (dependenci
 docs: venv ## regenerate generated docs (chart README, README tables, values.schema.json)
 	$(TS) docs
 
-generate: setup-chart ## regenerate every generated file: the lock's and the release's versions, the Kueue configuration (upstream's default + ours), CHANGELOG.md, the docs, the guard-rail review, the golden renders (tests/chart/golden/)
+generate: setup-chart ## regenerate every generated file: the lock's and the release's versions, the Kueue configuration (upstream's default + ours), CHANGELOG.md, the docs, the guard-rail review, docs/architecture.md's module map, the golden renders (tests/chart/golden/)
 	$(TS) generate
 
 verify: setup-chart ## regenerate every generated file into a scratch copy of the checkout; fail naming each one that differs (about 35 s warm)

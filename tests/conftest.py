@@ -25,10 +25,11 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "scripts"))
 
+from support.cli import RECORD_COMMANDS, assert_one_line_error, run_cli  # noqa: F401  (conftest's own use; tests import them from support.cli)
 from trainstack import lock as lockmod
 from trainstack import tools, yamlio
 
-pytest_plugins = ["clusters", "support.team_values"]  # the shared clusters (tests/clusters.py); the teams values_file fixture
+pytest_plugins = ["support.clusters", "support.team_values"]  # the shared clusters (tests/support/clusters.py); the teams values_file fixture
 
 # The test tiers, one folder each (tests/<tier>/), cheapest first; `make test-<tier>` runs one.
 TIERS = ("unit", "chart", "integration", "e2e")
@@ -55,29 +56,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("slow")
 
 
-RECORD_COMMANDS = "TRAINSTACK_RECORD_COMMANDS"
-# `python -m trainstack`, recording its commands first (only when RECORD_COMMANDS is set)
-_RECORDING_MAIN = ("import os, runpy; from pathlib import Path; from trainstack import proc; "
-                   f"proc.record_to(Path(os.environ[{RECORD_COMMANDS!r}])); "
-                   "runpy.run_module('trainstack', run_name='__main__', alter_sys=True)")
-
-
 def pytest_configure(config: pytest.Config) -> None:
     record = os.environ.get(RECORD_COMMANDS)
     if record:
         from trainstack import proc
 
         proc.record_to(Path(record).resolve())
-
-
-def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None, input_text: str | None = None,
-            timeout: float = 900) -> subprocess.CompletedProcess:
-    """Run `trainstack ARGS` as a user would (a separate process, real exit code)."""
-    environment = dict(os.environ)
-    environment.update(env or {})
-    main = ["-c", _RECORDING_MAIN] if environment.get(RECORD_COMMANDS) else ["-m", "trainstack"]
-    return subprocess.run([sys.executable, *main, *args], capture_output=True, text=True,
-                          cwd=cwd or ROOT, env=environment, input=input_text, timeout=timeout)
 
 
 @functools.cache
@@ -97,20 +81,6 @@ def rendered_file(env: str) -> Path:
     path = folder / f"{env}.yaml"
     path.write_text(result.stdout)
     return path
-
-
-def assert_one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:
-    """A user error: non-zero exit, exactly one line on stderr starting 'error:' (after any progress
-    lines), no traceback."""
-    assert result.returncode != 0, result
-    lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
-    errors = [ln for ln in lines if ln.startswith("error:")]
-    assert len(errors) == 1 and lines[-1] == errors[0], result.stderr
-    progress = [ln for ln in lines[:-1] if not ln.startswith(("... ", "  done: ", "OCI chart repositories unreachable"))]
-    assert progress == [], result.stderr
-    assert "Traceback" not in result.stderr + result.stdout
-    for fragment in fragments:
-        assert fragment in errors[0], (fragment, errors[0])
 
 
 @pytest.fixture(scope="session")

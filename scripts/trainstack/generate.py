@@ -3,9 +3,9 @@
 One list, STEPS, names every generator of a file trainstack commits: the versions the lock pins
 (`lock sync`), the Kueue configuration string in values.yaml (`kueueconfig`), the version of the
 newest release (`_version.py`, Chart.yaml's `version`), the overlays' published chart and shared
-values copies (`overlaysync`), CHANGELOG.md,
-the chart README, values.schema.json and the README tables (`trainstack docs`), docs/guardrails.md's
-table (`validate.review`) and the golden renders (tests/chart/golden.py). `generate` runs them in
+values copies (`overlaysync`), CHANGELOG.md, the chart README, values.schema.json and the README
+tables (`trainstack docs`), docs/guardrails.md's table (`validate.review`), docs/architecture.md's
+module map (`modulemap`) and the golden renders (tests/chart/golden.py). `generate` runs them in
 order on a checkout; `verify` runs the same steps on a scratch copy of the checkout (its tracked
 files and its untracked files that git does not ignore, and the built chart dependencies)
 and fails naming each file the copy ended up different from the working tree. So there is one
@@ -96,6 +96,12 @@ def _review(root: Path) -> None:
         raise UserError(f"{review.REVIEW_FILE}: fields of the pinned CRDs are not reviewed (listed above)")
 
 
+def _module_map(root: Path) -> None:
+    from . import modulemap
+
+    modulemap.write(root)
+
+
 def _golden(root: Path) -> None:
     # A script of the chart tier (it renders every environment in a subprocess of its own), run with
     # the package and the root of the tree it writes into.
@@ -125,6 +131,7 @@ STEPS = [
     Step("changelog", "CHANGELOG.md (releases.yaml)", _changelog),
     Step("docs", "the chart README, values.schema.json, the README tables", _docs),
     Step("review", "docs/guardrails.md's table", _review),
+    Step("module map", "docs/architecture.md's module map (layers.toml and each module's docstring)", _module_map),
     Step("golden", "tests/chart/golden/ENV.yaml", _golden),
 ]
 

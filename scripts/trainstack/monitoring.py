@@ -40,7 +40,7 @@ from .errors import UserError
 # The controllers trainstack can install: their module is the lock's chart source of that name
 # (Kueue only where the lock pins its chart).
 CONTROLLERS = {"trainer": "kubeflow-trainer", "jobset": "jobset", "lws": "lws", "kueue": "kueue"}
-# The ServiceMonitor job label of each controller's metrics Service (templates/metrics.yaml).
+# The ServiceMonitor job label of each controller's metrics Service (templates/monitoring/metrics-services.yaml).
 JOBS = {name: f"trainstack-{name}-metrics" for name in CONTROLLERS}
 # Libraries whose metric definitions end up on a controller-runtime manager's /metrics,
 # and the folders of each that define them.
@@ -257,7 +257,7 @@ def source_metrics(name: str, lock: lockmod.Lock | None = None) -> dict[str, str
 
 
 # The tracking server's exporter: its `known_metrics` key (its job: trainstack-tracking-metrics,
-# templates/tracking-metrics-service.yaml).
+# templates/tracking/metrics-service.yaml).
 TRACKING = "tracking"
 _PY_METRIC = re.compile(r"\b(Counter|Gauge|Histogram|Summary|info)\(\s*'%s([a-z_:][a-z0-9_:]*)'\s*%\s*prefix")
 
@@ -416,7 +416,7 @@ def shipped_rule_groups() -> list[dict]:
     """The chart's alert rules with every controller wired (monitoring forced, data cache on),
     rendered with the pinned helm: what any environment that turns monitoring on can ship."""
     deps.ensure()
-    result = helm.run(helm.template_args(None, "--show-only", "templates/prometheusrule.yaml",
+    result = helm.run(helm.template_args(None, "--show-only", "templates/monitoring/prometheusrule.yaml",
                                          "--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always",
                                          "--set", "dataCache.enabled=true", "--set", "tracking.enabled=true"))
     docs = [d for d in yamlio.load_all(result.stdout) if isinstance(d, dict) and d.get("kind") == "PrometheusRule"]

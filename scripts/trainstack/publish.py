@@ -224,7 +224,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 
-TEST_TEMPLATE = "templates/platform-test.yaml"
+TEST_TEMPLATE = "templates/platform-test/pod.yaml"  # the hook's one image is its pod's
 
 
 def images(objects: list[dict[str, Any]], lock: lockmod.Lock | None = None) -> list[str]:

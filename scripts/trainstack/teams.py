@@ -4,7 +4,7 @@ The team entry is written into overlays/ENV/values.yaml under `teams` with ruame
 round-trip mode, so every comment, key order and quoting already in the file stays as it was.
 Before anything is written the chart itself renders the changed values (the pinned helm, the
 same templates as `helm template`), so the checks of a team entry live in one place, the
-chart (charts/trainstack/templates/_teams.tpl), and a bad entry fails here with the chart's
+chart (charts/trainstack/templates/teams/_teams.tpl), and a bad entry fails here with the chart's
 one line naming the team and the field, leaving the file untouched.
 """
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, by_kind, docs_of, helm_template, run_cli
-from gitops_support import (
+from conftest import ROOT, by_kind, docs_of, helm_template
+from support.cli import run_cli
+from support.gitops import (
     ENVIRONMENTS,
     argocd_crds,
     argocd_file,

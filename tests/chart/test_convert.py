@@ -1,6 +1,6 @@
 """`trainstack convert`: Training Operator v1 jobs to TrainJobs on the golden runtimes.
 
-The corpus (tests/convert_v1/) is written in the shapes of training-operator's v1 examples and of
+The corpus (tests/testdata/convert_v1/) is written in the shapes of training-operator's v1 examples and of
 the jobs teams write (GPU, volumes, run policy). Each conversion is checked field by field, every
 input field must be carried over or reported, and the output must pass `trainstack validate
 --policies` against the real CRD schemas and the rendered dev policies.
@@ -16,12 +16,13 @@ from typing import Any
 import pytest
 import yaml
 
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT
+from support.cli import assert_one_line_error, run_cli
 from trainstack import yamlio
 from trainstack.convert import command, v1
 from trainstack.errors import UserError
 
-CORPUS = ROOT / "tests" / "convert_v1"
+CORPUS = ROOT / "tests" / "testdata" / "convert_v1"
 FILES = sorted(CORPUS.glob("*.yaml"))
 
 

@@ -10,7 +10,8 @@ import threading
 import pytest
 import yaml
 
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT
+from support.cli import assert_one_line_error, run_cli
 from trainstack import yamlio
 
 pytestmark = pytest.mark.slow

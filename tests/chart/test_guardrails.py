@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, by_kind, docs_of, helm_template, rendered_file, run_cli
-from policy_examples import examples
+from conftest import ROOT, by_kind, docs_of, helm_template, rendered_file
+from support.cli import run_cli
+from support.policy_examples import examples
 from trainstack import paths, yamlio
 
 pytestmark = pytest.mark.slow

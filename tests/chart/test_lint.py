@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from support.cli import run_cli
 from trainstack import lint
 from trainstack import lock as lockmod
 
@@ -27,8 +26,7 @@ def test_helm_lint_names_the_values_that_break_the_schema(tmp_path, chart_ready)
 
 @pytest.mark.slow
 def test_the_tree_lints_clean(chart_ready):
-    result = subprocess.run([sys.executable, "-m", "trainstack", "lint", "--output", "json"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=600)
+    result = run_cli("lint", "--output", "json", timeout=600)
     checks = {c["name"]: c for c in json.loads(result.stdout)}
     assert set(checks) == set(lint.CHECKS)
     assert all(c["ok"] for c in checks.values()), {n: c["problems"][:5] for n, c in checks.items()}

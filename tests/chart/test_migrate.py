@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT
+from support.cli import assert_one_line_error, run_cli
 from trainstack import helm, migrate, render
 
 NS = "kubeflow-system"

@@ -18,14 +18,15 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, by_kind, helm_template, run_cli
+from conftest import ROOT, by_kind, helm_template
+from support.cli import run_cli
 from support.monitoring_render import WITH_KUEUE, alerts, render, rule_groups, run_tool
 from trainstack import monitoring, tools, yamlio
 
 FORCED = ("--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always")
-# The tracking server's ServiceMonitor and alerts (templates/tracking-*.yaml; its policy: tests/chart/test_tracking.py).
+# The tracking server's ServiceMonitor and alerts (templates/tracking/; its policy: tests/chart/test_tracking.py).
 TRACKED = ("--set", "tracking.enabled=true")
-ALERTS_TEST = ROOT / "tests" / "monitoring" / "alerts_test.yaml"
+ALERTS_TEST = ROOT / "tests" / "testdata" / "monitoring" / "alerts_test.yaml"
 OPERATIONS = ROOT / "docs" / "operations.md"
 MONITORING_KINDS = ("ServiceMonitor", "PodMonitor", "PrometheusRule", "NetworkPolicy")
 
@@ -75,7 +76,7 @@ def test_every_metric_the_rules_and_the_dashboard_use_is_defined_upstream(forced
 
 @pytest.mark.slow
 def test_metrics_access_matches_what_each_pinned_binary_supports(lock):
-    """docs/operations.md and templates/_monitoring.tpl say: JobSet and LWS filter /metrics with
+    """docs/operations.md and templates/monitoring/_monitoring.tpl say: JobSet and LWS filter /metrics with
     controller-runtime's authn/authz, Trainer v2.3.0 serves it unauthenticated (NetworkPolicy)."""
     def source_text(chart: str, path: str) -> str:
         source = lock.chart(chart).source
@@ -271,11 +272,11 @@ def test_dashboard_ships_in_a_configmap_the_grafana_sidecar_finds(chart_ready):
     assert "trainstack-dashboard-trainstack" not in by_kind(off, "ConfigMap")
 
 
-DASHCHECK = ROOT / "tests" / "monitoring" / "dashcheck" / "main.go"
+DASHCHECK = ROOT / "tests" / "testdata" / "monitoring" / "dashcheck" / "main.go"
 
 
 def _dashcheck(lock, folder: Path, *paths: Path) -> subprocess.CompletedProcess:
-    """Build tests/monitoring/dashcheck against the pinned Grafana Foundation SDK and run it."""
+    """Build tests/testdata/monitoring/dashcheck against the pinned Grafana Foundation SDK and run it."""
     source = lock.source("grafana-foundation-sdk")
     monitoring._zip_for(source.module, source.version, source.sum)  # the zip Go builds from, h1-verified
     gomod = f"module trainstack.local/dashcheck\n\ngo 1.21\n\nrequire {source.module} {source.version}\n"
@@ -303,7 +304,7 @@ def test_dashboards_decode_strictly_with_grafanas_schema_types(lock, tmp_path):
 # ----------------------------------------------------------------------------- environments
 @pytest.mark.slow
 def test_monitoring_on_in_staging_and_prod_only():
-    from gitops_support import ENVIRONMENTS, rendered
+    from support.gitops import ENVIRONMENTS, rendered
 
     for env in ENVIRONMENTS:
         kinds = {d["kind"] for d in rendered(env)}
@@ -318,7 +319,7 @@ def test_training_progress_stays_off_in_every_environment():
     status server reachable from every training pod and a token per TrainJob; trainstack ships no
     example that reports through it, so `trainstack status` shows progress only where a user has
     turned it on (status.trainerStatus.progressPercentage)."""
-    from gitops_support import ENVIRONMENTS, rendered
+    from support.gitops import ENVIRONMENTS, rendered
 
     for env in ENVIRONMENTS:
         docs = list(rendered(env))

@@ -10,8 +10,9 @@ import shutil
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, by_kind, docs_of, helm_template, run_cli
-from gitops_support import ENVIRONMENTS, MIRROR, canonical, cluster_scoped, group_kind, plain_kustomize, rendered
+from conftest import ROOT, by_kind, docs_of, helm_template
+from support.cli import assert_one_line_error, run_cli
+from support.gitops import ENVIRONMENTS, MIRROR, canonical, cluster_scoped, group_kind, plain_kustomize, rendered
 from trainstack import yamlio
 
 pytestmark = pytest.mark.slow

@@ -12,22 +12,19 @@ whole pipeline trains on real pods and evaluates the real checkpoint.
 
 # No `from __future__ import annotations`: the pipeline defined in a test needs real annotations (kfp).
 
-import subprocess
-import sys
 
 import pytest
 import yaml
 
-from conftest import ROOT
-from pipeline_support import tp
+from support.cli import run_cli
+from support.pipelines import tp
 
 
 @pytest.mark.slow
 def test_rbac_manifests_validate(tmp_path):
     path = tmp_path / "rbac.yaml"
     path.write_text(yaml.safe_dump_all(tp.rbac_manifests("team-b")))
-    result = subprocess.run([sys.executable, "-m", "trainstack", "validate", str(path), str(tp.RBAC)],
-                            capture_output=True, text=True, timeout=300, check=False, cwd=ROOT)
+    result = run_cli("validate", str(path), str(tp.RBAC), timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
 
 

@@ -1,4 +1,4 @@
-"""The chart's `helm test` hook (templates/platform-test.yaml): hooks only, restricted, the image from the
+"""The chart's `helm test` hook (templates/platform-test/): hooks only, restricted, the image from the
 lock through the mirror, and what it checks is what each environment's platform must admit and deny
 (checked offline here with the environment's own policies; the e2e runs the hook on the cluster)."""
 
@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, by_kind, docs_of, rendered_file
-from gitops_support import ENVIRONMENTS, rendered
+from support.gitops import ENVIRONMENTS, rendered
 
 pytestmark = pytest.mark.slow
 

@@ -7,7 +7,8 @@ import shutil
 import pytest
 import yaml
 
-from conftest import ROOT, assert_one_line_error, docs_of, run_cli
+from conftest import ROOT, docs_of
+from support.cli import assert_one_line_error, run_cli
 from trainstack import yamlio
 
 pytestmark = pytest.mark.slow

@@ -14,8 +14,9 @@ import json
 import pytest
 import yaml
 
-from conftest import ROOT, helm_template, run_cli
-from runtime_support import by_name, docs_of_kind, policy_params, rendered_runtimes
+from conftest import ROOT, helm_template
+from support.cli import run_cli
+from support.runtimes import by_name, docs_of_kind, policy_params, rendered_runtimes
 from trainstack import paths, upstream, yamlio
 
 pytestmark = pytest.mark.slow

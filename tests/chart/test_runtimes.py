@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import ROOT, helm_template, render_env, run_cli
-from runtime_support import by_name, docs_of_kind, rendered_runtimes
+from conftest import ROOT, helm_template, render_env
+from support.cli import run_cli
+from support.runtimes import by_name, docs_of_kind, rendered_runtimes
 from trainstack import lock as lockmod
 from trainstack import yamlio
 

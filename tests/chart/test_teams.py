@@ -9,7 +9,8 @@ import shutil
 import pytest
 import yaml
 
-from conftest import ROOT, assert_one_line_error, by_kind, docs_of, helm_template, run_cli
+from conftest import ROOT, by_kind, docs_of, helm_template
+from support.cli import assert_one_line_error, run_cli
 from support.team_values import VALUES
 from trainstack import yamlio
 

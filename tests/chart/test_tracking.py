@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from conftest import ROOT, by_kind, docs_of, helm_template, run_cli
+from conftest import ROOT, by_kind, docs_of, helm_template
+from support.cli import run_cli
 
 pytestmark = pytest.mark.slow
 

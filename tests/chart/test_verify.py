@@ -10,7 +10,8 @@ import re
 import subprocess
 from pathlib import Path
 
-from conftest import ROOT, run_cli
+from conftest import ROOT
+from support.cli import run_cli
 from trainstack import generate
 
 GIT_ENV = {"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_SYSTEM": os.devnull}

@@ -1,5 +1,5 @@
 """The e2e tests' helpers. The shared clusters (`local_cluster`, `platform`, `namespace`,
-`real_platform`) are session fixtures of tests/clusters.py, visible to every test; the helpers for a
+`real_platform`) are session fixtures of tests/support/clusters.py, visible to every test; the helpers for a
 module that starts a cluster of its own are there too, and importable from here as before.
 
 `make test-e2e` runs three pytest processes side by side (tests/support/e2e_tier.py), one per group:
@@ -28,7 +28,7 @@ module that starts a cluster of its own are there too, and importable from here 
 - beside them (`-m beside_real_nodes`): the modules that declare `BESIDE_REAL_NODES = True`. They run
   on the host alone (KWOK clusters on ports the OS picks, torch, JAX and XGBoost in local processes,
   the Kubeflow SDK offline) and touch nothing the real-node groups' checks look at.
-A shared cluster's users stay in one group (tests/clusters.py refuses to collect otherwise):
+A shared cluster's users stay in one group (tests/support/clusters.py refuses to collect otherwise):
 `local_cluster` is used beside, `real_platform` in the second real-node group. No e2e module uses `platform`, so
 the tier starts none (its failing-pods test runs on the integration tier's: tests/integration/test_suite_failure.py).
 """
@@ -39,8 +39,8 @@ from pathlib import Path
 
 import pytest
 
-from clusters import ONE_REAL_NODE, fresh_run_dir, installed, restore, run_first_steps, scratch
 from conftest import need_binaries
+from support.clusters import ONE_REAL_NODE, fresh_run_dir, installed, restore, run_first_steps, scratch
 
 __all__ = ["ONE_REAL_NODE", "fresh_run_dir", "installed", "need_binaries", "restore", "run_first_steps", "scratch"]
 

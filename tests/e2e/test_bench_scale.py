@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from conftest import run_cli
+from support.cli import run_cli
 from trainstack.benchmarks import scale_workloads as scale
 from trainstack.cluster.local import BINARIES
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_cli
+from support.cli import run_cli
 from trainstack import tools
 
 from .test_e2e_local import processes_mentioning

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import run_cli
+from support.cli import run_cli
 from trainstack import paths
 from trainstack.cluster.local import pid_alive
 from trainstack.e2e import base as basemod

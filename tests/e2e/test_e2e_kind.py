@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT
+from support.cli import run_cli
 from trainstack import paths
 from trainstack.cluster import kind, kindnode
 from trainstack.cluster import sandbox as sandboxmod

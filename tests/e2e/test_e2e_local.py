@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT
+from support.cli import run_cli
 from trainstack import lock as lockmod
 
 pytestmark = pytest.mark.e2e

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 REAL_NODE_GROUP = 2  # real nodes on clusters of its own, beside the first group (tests/e2e/conftest.py)
 
 
-# real_platform: the session's real-node platform (tests/clusters.py), shared with test_real_platform.py: the
+# real_platform: the session's real-node platform (tests/support/clusters.py), shared with test_real_platform.py: the
 # node daemons come back and the cluster stays as it was (no teardown, nothing cluster-wide changed)
 
 

@@ -1,7 +1,7 @@
 """Two real nodes of the module's own (tests/e2e: real nodes): first the native gang scheduler on them (a
 TrainJob that needs more nodes than have room binds nothing while a job that fits runs), then a real node
 lost mid-training. The fault cuts real-1's link and kills every process of it, so the module has a cluster
-of its own: the session's shared real-node platform (tests/clusters.py) stays whole for the tests that
+of its own: the session's shared real-node platform (tests/support/clusters.py) stays whole for the tests that
 share it.
 """
 
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 
-from clusters import fresh_run_dir, installed
 from conftest import need_binaries
+from support.clusters import fresh_run_dir, installed
 from trainstack import api
 from trainstack.cluster.controlplane import BINARIES
 from trainstack.e2e import teams_live as tl

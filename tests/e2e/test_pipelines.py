@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from pipeline_support import score, step_fails, tp, train_locally
+from support.pipelines import score, step_fails, tp, train_locally
 from trainstack import yamlio
 
 BESIDE_REAL_NODES = True  # KWOK clusters and local processes only (tests/e2e/conftest.py)
@@ -118,11 +118,11 @@ def test_evaluation_without_an_output_volume_is_one_line(kubeflow_sdk, nowhere_k
 
 @pytest.fixture(scope="module")
 def apiserver(chart_ready, local_cluster):
-    """The shared bare cluster (tests/clusters.py: the pinned kube-apiserver with its KWOK pools, no chart)
+    """The shared bare cluster (tests/support/clusters.py: the pinned kube-apiserver with its KWOK pools, no chart)
     with the Trainer CRDs and the golden torch-distributed runtime (output volume on). No Trainer
     controller runs: a test that needs a TrainJob to end writes its status condition the way the
     controller does, and says so. All but the CRDs is deleted after the module."""
-    from clusters import scratch
+    from support.clusters import scratch
     from trainstack import helm
 
     with scratch(local_cluster) as cluster:
@@ -132,7 +132,7 @@ def apiserver(chart_ready, local_cluster):
 
         def torch_runtime(*values: str) -> dict:
             rendered = helm.run(["template", "t", str(chart_ready), "-n", "kubeflow-system", "--kube-version",
-                                 cluster.lock.kubernetes_version, "--show-only", "templates/runtimes.yaml",
+                                 cluster.lock.kubernetes_version, "--show-only", "templates/runtimes/clustertrainingruntimes.yaml",
                                  *values]).stdout
             return next(d for d in yamlio.load_all(rendered) if d and d["metadata"]["name"] == "torch-distributed")
 
@@ -146,7 +146,7 @@ def apiserver(chart_ready, local_cluster):
         # the chart's guard rails (ValidatingAdmissionPolicies, their bindings and params) as shipped
         cluster.kubectl("create", "namespace", "kubeflow-system")
         policies = helm.run(["template", "t", str(chart_ready), "-n", "kubeflow-system", "--kube-version",
-                             cluster.lock.kubernetes_version, "--show-only", "templates/policies.yaml"]).stdout
+                             cluster.lock.kubernetes_version, "--show-only", "templates/policies/*.yaml"]).stdout
         cluster.apply([d for d in yamlio.load_all(policies) if d])
         cluster.apply(tp.rbac_manifests("team-a", steps=("train",)))
         config = yamlio.load(cluster.kubectl("config", "view", "--raw", "--minify", "--flatten").stdout)

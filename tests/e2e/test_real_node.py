@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT
+from support.cli import run_cli
 from trainstack import imagelayers, images, paths, tools
 from trainstack import lock as lockmod
 from trainstack.cluster import node as nodemod

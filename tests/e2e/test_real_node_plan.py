@@ -24,7 +24,7 @@ def test_mirror_values_point_every_image_at_the_clusters_registry(lock, tmp_path
 
 
 def test_node_prereqs_check_names_a_package_not_at_its_pinned_version(tmp_path, lock):
-    from conftest import run_cli
+    from support.cli import run_cli
 
     assert run_cli("node", "prereqs", "--check").returncode == 0, "make setup installs the pinned packages"
     data = yamlio.load(lock.path.read_text())

@@ -27,9 +27,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-import postgres_support
-from clusters import PIPELINE_NS
-from pipeline_support import score, step_fails, tp, train_locally
+from support import postgres as postgres_support
+from support.clusters import PIPELINE_NS
+from support.pipelines import score, step_fails, tp, train_locally
 from trainstack import helm, monitoring, tools, yamlio
 from trainstack.e2e import base as basemod
 from trainstack.e2e import suite as suitemod
@@ -41,7 +41,7 @@ REAL_NODE_GROUP = 2  # real nodes on clusters of its own, beside the first group
 KUBECONFIG_ENV = "TRAINSTACK_PIPELINE_KUBECONFIG"
 MODEL = "trainstack-pipeline-ddp"  # the registered model the pipeline test makes a version of
 PIPELINE_MODEL: list[dict] = []  # that version, once the pipeline test made it (the database test reads it back)
-USES_CLUSTERS = ("real_platform",)  # `cluster` asks for it by name (tests/clusters.py keeps it up until done)
+USES_CLUSTERS = ("real_platform",)  # `cluster` asks for it by name (tests/support/clusters.py keeps it up until done)
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,9 @@ import sys
 import pytest
 import yaml
 
-from conftest import ROOT, run_cli
-from runtime_support import by_name, docs_of_kind
+from conftest import ROOT
+from support.cli import run_cli
+from support.runtimes import by_name, docs_of_kind
 
 # the first real-node group (tests/e2e/conftest.py): no cluster at all, moved there to even the groups out
 

@@ -1,3 +1,3 @@
 """The integration tier: tests against the session's shared control plane (KWOK nodes, no real
 node). Its clusters (`local_cluster`, `platform`, `namespace`) are session fixtures of
-tests/clusters.py, which tests/conftest.py registers for every tier."""
+tests/support/clusters.py, which tests/conftest.py registers for every tier."""

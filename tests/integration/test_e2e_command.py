@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from conftest import run_cli
+from support.cli import run_cli
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from conftest import need_binaries
-from helm_support import dry_run, error_lines
+from support.helm import dry_run, error_lines
 from trainstack import api
 from trainstack.cluster.local import BINARIES, LocalCluster
 

@@ -12,7 +12,7 @@ from trainstack.errors import UserError
 
 @pytest.fixture
 def kube(platform):
-    """The shared platform's cluster (tests/clusters.py); each test works in its own `namespace`."""
+    """The shared platform's cluster (tests/support/clusters.py); each test works in its own `namespace`."""
     return platform.provider.cluster
 
 

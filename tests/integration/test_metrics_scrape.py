@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from clusters import scratch
 from conftest import ROOT
+from support.clusters import scratch
 from trainstack import monitoring, tools, yamlio
 from trainstack.cluster.local import FAIL_LABEL, free_port, stop_pids
 
@@ -29,7 +29,7 @@ AFTER_WEBHOOK_CALLS = {"controller_runtime_webhook_latency_seconds_bucket"}
 
 @pytest.fixture
 def local_cluster(local_cluster):
-    """The shared bare cluster (tests/clusters.py): no chart, so no controller of the chart holds the
+    """The shared bare cluster (tests/support/clusters.py): no chart, so no controller of the chart holds the
     leader lease the processes started here take; what the test creates there is deleted afterwards."""
     with scratch(local_cluster) as cluster:
         yield cluster
@@ -106,7 +106,7 @@ def test_real_metrics_of_the_pinned_controllers(local_cluster, lock, tmp_path):
     local_cluster.apply(crds, server_side=True)
     local_cluster.kubectl("wait", "--for=condition=Established", "--timeout=60s",
                           *[f"crd/{c['metadata']['name']}" for c in crds])
-    # The chart's reader role, bound to a scraper ServiceAccount (as templates/metrics.yaml does).
+    # The chart's reader role, bound to a scraper ServiceAccount (as templates/monitoring/ does).
     local_cluster.apply([
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow-system"}},
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "scraper", "namespace": "kubeflow-system"}},

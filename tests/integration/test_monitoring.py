@@ -18,10 +18,10 @@ from conftest import ROOT
 from support.monitoring_render import WITH_KUEUE, alerts, render, rule_groups, run_tool
 from trainstack import monitoring, tools
 
-# Tracking on too: its ServiceMonitor and alerts are monitoring's (templates/tracking-*.yaml).
+# Tracking on too: its ServiceMonitor and alerts are monitoring's (templates/tracking/).
 FORCED = ("--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always",
           "--set", "tracking.enabled=true")
-# The thresholds tests/monitoring/alerts_test.yaml was written for (its header says the same).
+# The thresholds tests/testdata/monitoring/alerts_test.yaml was written for (its header says the same).
 TEST_THRESHOLDS = ("--set", "monitoring.alerts.waitingFor=30m", "--set", "monitoring.alerts.failedPerHour=5",
                    "--set-json", "monitoring.alerts.failedRatio=0.5",
                    "--set", "monitoring.alerts.webhookLatencySeconds=1",
@@ -29,7 +29,7 @@ TEST_THRESHOLDS = ("--set", "monitoring.alerts.waitingFor=30m", "--set", "monito
                    "--set", "monitoring.alerts.certificateExpiryDays=21",
                    "--set", "monitoring.alerts.blackboxJob=blackbox",
                    "--set-json", "monitoring.alerts.trackingErrorRatio=0.05")
-ALERTS_TEST = ROOT / "tests" / "monitoring" / "alerts_test.yaml"
+ALERTS_TEST = ROOT / "tests" / "testdata" / "monitoring" / "alerts_test.yaml"
 
 
 

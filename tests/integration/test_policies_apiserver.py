@@ -9,8 +9,8 @@ import time
 import pytest
 import yaml
 
-from clusters import scratch
-from policy_examples import examples
+from support.clusters import scratch
+from support.policy_examples import examples
 from trainstack import render
 
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ def _wait_enforced(cluster, probe) -> None:
 
 @pytest.fixture(scope="module")
 def local_cluster(local_cluster):
-    """The shared bare cluster (tests/clusters.py): no chart, so no webhook of the chart answers the dry
+    """The shared bare cluster (tests/support/clusters.py): no chart, so no webhook of the chart answers the dry
     runs and no policy but these is installed; the policies, bindings and namespace are deleted afterwards."""
     with scratch(local_cluster) as cluster:
         yield cluster

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, _need, assert_one_line_error, run_cli
+from conftest import ROOT, _need
+from support.cli import assert_one_line_error, run_cli
 from support.signing import gpg_home
 from trainstack import helm, render, yamlio
 from trainstack.cluster.local import free_port

@@ -10,8 +10,9 @@ import time
 import pytest
 import yaml
 
-from clusters import scratch
-from conftest import ROOT, run_cli
+from conftest import ROOT
+from support.cli import run_cli
+from support.clusters import scratch
 from trainstack import yamlio
 
 NAMESPACES = [f"team-{i}" for i in range(10)]
@@ -26,7 +27,7 @@ def trainjob(namespace: str, i: int) -> dict:
 
 @pytest.fixture
 def local_cluster(local_cluster):
-    """The shared bare cluster (tests/clusters.py): the modules before removed what they made there, so
+    """The shared bare cluster (tests/support/clusters.py): the modules before removed what they made there, so
     only what this test makes is listed; its namespaces, TrainJobs and platform objects are deleted after."""
     with scratch(local_cluster) as cluster:
         yield cluster

@@ -8,7 +8,7 @@ import uuid
 
 import yaml
 
-from helm_support import dry_run, error_lines
+from support.helm import dry_run, error_lines
 from trainstack import api
 
 

@@ -1,6 +1,6 @@
 """`trainstack convert`: Training Operator v1 jobs to TrainJobs on the golden runtimes.
 
-The corpus (tests/convert_v1/) is written in the shapes of training-operator's v1 examples and of
+The corpus (tests/testdata/convert_v1/) is written in the shapes of training-operator's v1 examples and of
 the jobs teams write (GPU, volumes, run policy). Each conversion is checked field by field, every
 input field must be carried over or reported, and the output must pass `trainstack validate
 --policies` against the real CRD schemas and the rendered dev policies.
@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT
+from support.cli import assert_one_line_error, run_cli
 
-CORPUS = ROOT / "tests" / "convert_v1"
+CORPUS = ROOT / "tests" / "testdata" / "convert_v1"
 
 
 @pytest.mark.parametrize(

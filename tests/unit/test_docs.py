@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import run_cli
+from support.cli import run_cli
 
 
 def test_chart_readme_is_not_stale():

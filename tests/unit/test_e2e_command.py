@@ -6,7 +6,8 @@ import copy
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT
+from support.cli import assert_one_line_error, run_cli
 from trainstack import yamlio
 from trainstack.cluster.local import FAIL_LABEL, GPU_RESOURCE, NodePool, default_pools
 from trainstack.e2e import smokejobs as smokemod

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import assert_one_line_error, run_cli
+from support.cli import assert_one_line_error, run_cli
 from trainstack import generate
 from trainstack.errors import UserError
 

@@ -10,12 +10,11 @@ Needs `make setup-gitops` (Argo CD is not in `make setup`, which `make e2e` need
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from support.cli import run_cli
 from trainstack import lock as lockmod
 from trainstack import tools
 from trainstack.e2e import gitops as gitopsmod
@@ -45,8 +44,7 @@ def test_argocd_builds_through_a_wrapper_with_upstreams_versioned_replaces_and_t
     (["--data-cache"], "cannot be combined"),
 ])
 def test_gitops_refuses_what_it_cannot_run_in_one_line(args, fragment):
-    result = subprocess.run([sys.executable, "-m", "trainstack", "e2e", "--gitops", *args], capture_output=True,
-                            text=True, cwd=ROOT, timeout=120)
+    result = run_cli("e2e", "--gitops", *args, timeout=120)
     assert result.returncode == 2
     lines = [ln for ln in result.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and lines[0].startswith("error:") and fragment in lines[0], result.stderr

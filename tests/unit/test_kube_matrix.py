@@ -8,7 +8,8 @@ import copy
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT
+from support.cli import run_cli
 from trainstack import lock as lockmod
 from trainstack import yamlio
 from trainstack.benchmarks import matrix

@@ -5,7 +5,7 @@ intended (HA, PDBs, enforcement, registry, labels, GPU runtimes, mirror)."""
 from __future__ import annotations
 
 from conftest import ROOT
-from gitops_support import ENVIRONMENTS
+from support.gitops import ENVIRONMENTS
 from trainstack import yamlio
 
 HA_ENVS = {"staging", "prod"}

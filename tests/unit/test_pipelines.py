@@ -19,7 +19,7 @@ from importlib import metadata
 import pytest
 
 from conftest import ROOT
-from pipeline_support import PIPELINES, tp
+from support.pipelines import PIPELINES, tp
 from trainstack import yamlio
 
 TRAIN_STEP = "run-trainjob"

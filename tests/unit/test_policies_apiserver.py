@@ -3,7 +3,7 @@ denied requests carry the rule's message, and the environment decides deny versu
 
 from __future__ import annotations
 
-from policy_examples import examples
+from support.policy_examples import examples
 
 
 def test_every_rule_has_an_allowed_and_a_denied_example():

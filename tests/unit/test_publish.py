@@ -3,7 +3,7 @@ loopback, plain HTTP) with the pinned helm, and installed from there as users in
 
 from __future__ import annotations
 
-from conftest import assert_one_line_error, run_cli
+from support.cli import assert_one_line_error, run_cli
 
 
 def test_registry_must_be_an_oci_reference():

@@ -112,7 +112,7 @@ def test_further_nodes_reach_the_api_server_by_an_address_its_certificate_names(
 
 
 def test_real_nodes_takes_one_to_eight(tmp_path):
-    from conftest import run_cli
+    from support.cli import run_cli
 
     for bad in ("0", "9", "two"):
         result = run_cli("e2e", "--real-nodes", bad, "--provider", "local")

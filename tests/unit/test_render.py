@@ -6,7 +6,8 @@ import shutil
 
 import yaml
 
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT
+from support.cli import assert_one_line_error, run_cli
 
 
 def test_unknown_env_is_one_clear_line():

@@ -8,7 +8,8 @@ import shutil
 import jsonschema
 import pytest
 
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT
+from support.cli import assert_one_line_error, run_cli
 from trainstack import schemagen, yamlio
 from trainstack.errors import UserError
 

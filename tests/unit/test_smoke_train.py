@@ -7,7 +7,8 @@ import sys
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT
+from support.cli import assert_one_line_error, run_cli
 from trainstack import smoke, trainenv
 from trainstack.errors import UserError
 

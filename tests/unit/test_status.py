@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 import yaml
 
-from conftest import assert_one_line_error, run_cli
+from support.cli import assert_one_line_error, run_cli
 from trainstack import status
 
 

@@ -3,7 +3,7 @@ errors of bad team values, and `trainstack team add` editing a values file in pl
 
 from __future__ import annotations
 
-from conftest import assert_one_line_error, run_cli
+from support.cli import assert_one_line_error, run_cli
 from support.team_values import VALUES
 
 
@@ -46,7 +46,7 @@ def test_the_nodes_kueue_assigned_read_from_both_forms_of_a_topology_assignment(
 # What helm v4 printed when Kueue's Ready pod was not yet reachable through its webhook Service (a loaded machine),
 # the URL's tail as the API server words a timeout
 HOOK_FAILED = ('Error: INSTALLATION FAILED: failed post-install: warning: Hook post-install '
-               'trainstack/templates/kueue-queues.yaml failed: server-side apply failed for object /team-a '
+               'trainstack/templates/teams/kueue-clusterqueues.yaml failed: server-side apply failed for object /team-a '
                'kueue.x-k8s.io/v1beta2, Kind=ClusterQueue: Internal error occurred: failed calling webhook '
                '"mclusterqueue.kb.io": failed to call webhook: Post "https://kueue-webhook-service.kubeflow-system.svc:443'
                '/mutate-kueue-x-k8s-io-v1beta2-clusterqueue?timeout=10s": context deadline exceeded')
@@ -59,11 +59,11 @@ def test_the_suite_completes_a_first_install_with_an_upgrade_only_when_kueues_we
 
     assert kueue_hook_unreachable("Release \"trainstack\" ...\n" + HOOK_FAILED + "\n")
     # another failed hook, or another webhook in the same hook, is not this
-    assert not kueue_hook_unreachable(HOOK_FAILED.replace("kueue-queues.yaml", "platform-test.yaml"))
+    assert not kueue_hook_unreachable(HOOK_FAILED.replace("teams/kueue-clusterqueues.yaml", "platform-test/pod.yaml"))
     other = HOOK_FAILED.replace("kueue-webhook-service", "jobset-webhook-service")
     assert not kueue_hook_unreachable(other)
     assert not kueue_hook_unreachable('Error: INSTALLATION FAILED: context deadline exceeded')
     # an upgrade that met the webhook again (no hook then: the queues are release objects) is tried again
-    again = HOOK_FAILED.replace("failed post-install: warning: Hook post-install trainstack/templates/kueue-queues.yaml "
+    again = HOOK_FAILED.replace("failed post-install: warning: Hook post-install trainstack/templates/teams/kueue-clusterqueues.yaml "
                                 "failed: ", "UPGRADE FAILED: ")
     assert not kueue_hook_unreachable(again) and kueue_hook_unreachable(again, hook=False)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, assert_one_line_error, run_cli
+from conftest import ROOT
+from support.cli import assert_one_line_error, run_cli
 
 
 def _fake_binary(folder: Path, name: str, prints: str) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from support.cli import run_cli
 from trainstack import lock as lockmod
 from trainstack import release
 from trainstack import render as rendermod
@@ -132,12 +133,7 @@ OLDEST = lockmod.load().kubernetes_matrix()[0]
 def test_e2e_upgrade_from_bad_input_is_one_line_before_any_cluster(args: list[str], message: str,
                                                                    tmp_path: Path) -> None:
     """Refused before a cluster starts or a run folder is made (nothing changed anywhere)."""
-    import os
-    import sys
-
-    env = {**os.environ, "TRAINSTACK_CACHE": str(tmp_path / "cache")}
-    result = subprocess.run([sys.executable, "-m", "trainstack", "e2e", *args], capture_output=True, text=True,
-                            timeout=120, env=env)
+    result = run_cli("e2e", *args, env={"TRAINSTACK_CACHE": str(tmp_path / "cache")}, timeout=120)
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), result.stderr

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import ROOT, run_cli
+from conftest import ROOT
+from support.cli import run_cli
 from trainstack import __version__, release, yamlio
 from trainstack.errors import UserError
 from trainstack.validate import report

@@ -23,7 +23,7 @@ Usage: include "trainstack.image" (list $image $)
 
 {{/*
 The enabled golden runtimes, as a JSON list of {path, key, class, name, upstream, aliasOf}: one
-place decides which runtimes exist (runtimes.yaml renders them, the policy params list them).
+place decides which runtimes exist (runtimes/clustertrainingruntimes.yaml renders them, the policy params list them).
 Naming rule: each skeleton in files/runtimes/ is one upstream runtime under upstream's name, on the
 accelerator class of its `trainstack.io/accelerator` annotation; each `key=class` pair of
 `trainstack.io/variants` is the same skeleton on another class, named <upstream name>-<suffix>

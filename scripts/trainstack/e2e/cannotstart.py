@@ -4,7 +4,7 @@
 registry, on the real nodes: the kubelet's pull fails (ErrImagePull, then ImagePullBackOff) and the
 TrainJob neither runs nor fails. `trainstack status` (its `collect`, as the command runs it) must flag
 it with the pod and the reason within the wait; the chart's TrainstackTrainJobPodsCannotStart alert
-watches the same reasons (its promtool test: tests/monitoring/alerts_test.yaml).
+watches the same reasons (its promtool test: tests/testdata/monitoring/alerts_test.yaml).
 """
 
 from __future__ import annotations

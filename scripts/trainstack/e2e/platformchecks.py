@@ -37,7 +37,7 @@ class PlatformChecks(SuiteState):
 
     def helm_test(self, clients: tuple[str, ...] = ("helm",)) -> Outcome:
         """`helm test` of the installed release: the chart's own check of a working platform, in a pod on the
-        cluster (templates/platform-test.yaml): the golden runtimes served, a TrainJob admitted by the webhooks
+        cluster (templates/platform-test/): the golden runtimes served, a TrainJob admitted by the webhooks
         and policies, a `:latest` one answered by the image-tag policy. With stock helm v4 on the release it
         installed (what `make e2e` runs); with CLIENTS ("helm", "helm3") then again with helm v3 after a
         `helm3 upgrade` from the same chart (the published one where it was installed from the registry), as

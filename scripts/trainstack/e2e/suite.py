@@ -54,10 +54,10 @@ from .workloadchecks import WorkloadChecks
 REAL_SMOKE_RESOURCES = {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"cpu": "500m", "memory": "1536Mi"}}
 
 
-# The first install's Kueue objects are a post-install hook (charts/trainstack/templates/kueue-queues.yaml), run
+# The first install's Kueue objects are a post-install hook (charts/trainstack/templates/teams/kueue-*.yaml), run
 # once the release's Deployments are Ready; on a loaded cluster Kueue's Ready pod is not always reachable through
 # its webhook Service yet (its endpoints lag), and the hook fails closed (docs/teams.md, "The first install").
-KUEUE_HOOK = "kueue-queues.yaml"
+KUEUE_HOOK = "templates/teams/kueue-"  # its files, one per kind
 UNREACHABLE_WEBHOOK = 'failed calling webhook "'
 
 

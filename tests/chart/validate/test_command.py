@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from support.cli import run_cli
 from trainstack.validate import command
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -17,8 +17,7 @@ INVALID = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: bad\ndata:\n  a: 
 
 
 def cli(*args: str, input_text: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainstack", "validate", *args], capture_output=True, text=True,
-                          cwd=ROOT, input=input_text, timeout=300, check=False)
+    return run_cli("validate", *args, input_text=input_text, timeout=300)
 
 
 def one_line_error(result: subprocess.CompletedProcess, *fragments: str) -> None:

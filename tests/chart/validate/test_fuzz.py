@@ -14,6 +14,7 @@ import yaml
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from support.cli import run_cli
 from trainstack.validate import command
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,11 +32,6 @@ SURROGATES = ('{"apiVersion": "argoproj.io/v1alpha1", "kind": "Application",\n'
               ' "metadata": {"name": "app", "namespace": "default"},\n'
               ' "spec": {"project": "\\ud800x", "\\udc00": "y"}}')
 
-
-def run_cli(*args: str, input_text: str | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """The real CLI in a subprocess, as a user runs it."""
-    return subprocess.run([sys.executable, "-m", "trainstack", *args], capture_output=True, text=True, cwd=ROOT,
-                          input=input_text, timeout=timeout, check=False)
 
 KINDS = [("v1", "ConfigMap"), ("v1", "Service"), ("apps/v1", "Deployment"), ("batch/v1", "Job"),
          ("trainer.kubeflow.org/v1alpha1", "TrainJob"), ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"),

@@ -24,7 +24,7 @@ def catalog():
 def apiserver(catalog):
     """etcd + kube-apiserver on 127.0.0.1 with the pinned CRDs and the corpus namespace installed.
 
-    Not the shared clusters of tests/clusters.py: this server is the reference validate's verdicts are
+    Not the shared clusters of tests/support/clusters.py: this server is the reference validate's verdicts are
     compared with, so it answers with nothing but the API server itself: no chart (its webhooks and
     policies would refuse corpus objects for reasons validate does not claim to check), no
     ServiceAccount admission and no controllers (a Pod's verdict must not depend on whether a

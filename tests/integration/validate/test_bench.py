@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -21,9 +21,8 @@ def record(tmp_path_factory) -> dict:
     if tools.find("kubectl-validate") is None:
         pytest.skip("kubectl-validate is the bench tier's (make setup-bench, about 5 min cold): not built here")
     out = tmp_path_factory.mktemp("bench-validate")
-    done = subprocess.run([sys.executable, "-m", "trainstack", "bench", "validate", "--docs", "400", "--runs", "1",
-                           "--results-dir", str(out)], check=False, capture_output=True, text=True, cwd=ROOT,
-                          env=dict(os.environ, TRAINSTACK_ROOT=str(ROOT)), timeout=600)
+    done = run_cli("bench", "validate", "--docs", "400", "--runs", "1", "--results-dir", str(out),
+                   env={"TRAINSTACK_ROOT": str(ROOT)}, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads((out / "validate.json").read_text())
 

@@ -52,10 +52,10 @@ app.kubernetes.io/component: tracking
 {{- end -}}
 
 {{- /*
-trainstack.tracking.secretRole
-  takes: (dict "root" $ "namespace" <ns> "secret" <name>)
-  gives: a Role in the namespace (create Secrets; get the one named) bound to the server's
-         ServiceAccount, each object after a `---`.
+trainstack.tracking.secretRole and trainstack.tracking.secretRoleBinding
+  take: (dict "root" $ "namespace" <ns> "secret" <name>)
+  give: a Role in the namespace (create Secrets; get the one named), and its RoleBinding to the
+        server's ServiceAccount, after a `---`.
 */ -}}
 {{- define "trainstack.tracking.secretRole" -}}
 {{- $name := include "trainstack.tracking.name" .root }}
@@ -76,6 +76,9 @@ rules:
     resources: [secrets]
     resourceNames: [{{ .secret }}]
     verbs: [get]
+{{- end -}}
+{{- define "trainstack.tracking.secretRoleBinding" -}}
+{{- $name := include "trainstack.tracking.name" .root }}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding

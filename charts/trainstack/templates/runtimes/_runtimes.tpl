@@ -1,6 +1,6 @@
 {{- /*
 The steps that turn a skeleton in files/runtimes/ into a golden ClusterTrainingRuntime
-(templates/runtimes.yaml calls them in this order; files/runtimes/README.md has the contract).
+(runtimes/clustertrainingruntimes.yaml calls them in this order; files/runtimes/README.md has the contract).
 Each takes a dict and fills in the runtime object it is given (Helm's dicts are shared, so
 `set` on them is the result); none prints anything unless it says so.
 */ -}}
@@ -10,7 +10,7 @@ trainstack.runtime.config
   takes: (dict "root" $ "entry" <catalog entry> "rt" <skeleton> "out" <empty dict>)
   gives: out: the runtime's settings: runtimes.defaults, overwritten by its accelerator class
          (runtimes.cpu|nvidia|amd), overwritten by its own key (runtimes.<key>); `env` is the
-         tracking env (_tracking.tpl, when tracking is on) and the three env lists concatenated in
+         tracking env (tracking/_tracking.tpl, when tracking is on) and the three env lists concatenated in
          that order (a later entry of one name wins in the container). On an MPI runtime the tracking
          env is also named in OMPI_MCA_mca_base_env_list: mpirun passes the launcher's environment to
          no rank it starts over ssh except what that list (or `-x`) names, and rank 0 is on a node pod.

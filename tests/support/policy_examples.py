@@ -7,7 +7,7 @@ from pathlib import Path
 
 from trainstack import yamlio
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "policies"
 
 
