@@ -33,8 +33,9 @@ from .. import lock as lockmod
 from ..errors import UserError
 from . import netreach
 from . import tracking as trackingmod
-from .base import NAMESPACE
+from .base import NAMESPACE, Outcome, StepFn
 from .jobpods import pod_facts, pods_of
+from .realnode import NODES, OUTPUT, RealNodeSteps, events, example_module, losses, pod_cpu
 
 TEAM, OTHER_TEAM = "team-a", "team-b"
 TEAMS = (TEAM, OTHER_TEAM)
@@ -127,8 +128,6 @@ def _phase(kube: Any, namespace: str, name: str, want: tuple[str, ...], timeout:
 
 def _rank0(kube: Any, name: str, timeout: float) -> dict[str, Any]:
     """Rank 0's pod of TrainJob NAME once it has logged a training step (its store listens from before)."""
-    from .realnode import events
-
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         for pod in pods_of(kube, name, TEAM):
@@ -153,8 +152,6 @@ def _finished_at(kube: Any, namespace: str, pod: str) -> float | None:
 def run(kube: Any, lock: lockmod.Lock, kubeconfig: Path, real_nodes: list[str], timeout: float) -> dict[str, Any]:
     """The isolation check (the module's docstring); returns what it found, an IsolationFailure where a probe
     got the wrong answer, the run is missing from MLflow or the TrainJob did not train across the real nodes."""
-    from .realnode import NODES, OUTPUT, example_module, pod_cpu
-
     own = trackingmod.credential(kube, TEAM)  # before the TrainJob: its pods read the Secret when they start
     other = trackingmod.credential(kube, OTHER_TEAM)
     image = images.reference("python", lock)
@@ -184,8 +181,6 @@ def run(kube: Any, lock: lockmod.Lock, kubeconfig: Path, real_nodes: list[str], 
 def _probe_and_read(kube: Any, lock: lockmod.Lock, tc: Any, name: str, listener: str, image: str,
                     real_nodes: list[str], own: tuple[str, str], other: tuple[str, str],
                     timeout: float) -> dict[str, Any]:
-    from .realnode import NODES, losses
-
     started = time.monotonic()
     rank0 = _rank0(kube, name, timeout)
     listening = _phase(kube, TEAM, listener, ("Running",), 60)
@@ -259,3 +254,30 @@ def _probe_and_read(kube: Any, lock: lockmod.Lock, tc: Any, name: str, listener:
                         "loss_steps": len(run["histories"]["loss"]), "artifacts": run["artifacts"],
                         "other_reads_run": read.get("other_reads_run"), "other_sees": read.get("other_sees")}
     return result
+
+
+class IsolationSteps(RealNodeSteps):
+    """The real nodes' steps plus the isolation step, right after the SDK TrainJob's (and its MLflow run's)."""
+
+    def real_node_steps(self) -> list[tuple[str, StepFn]]:
+        steps = super().real_node_steps()
+        at = next((i for i, (step, _) in enumerate(steps) if step == "checkpoint outlives the pods"), len(steps))
+        steps.insert(at, ("a team's pods refuse other namespaces", self.team_isolation))
+        return steps
+
+    def team_isolation(self) -> Outcome | str:
+        """docs/teams.md, "Network isolation", on the real nodes (e2e/isolation.py)."""
+        if not getattr(self.provider, "isolation", False):
+            if self.provider.name == "kind":
+                return ("skipped: the kind provider's bridge CNI enforces no NetworkPolicy (docs/kind.md), so a "
+                        "refusal could not be seen")
+            return "skipped: this run installs no teams (the suite's tracking is off)"
+        nodes = [n.name for n in self.provider.cluster.nodes]
+        r = run(self.kube, self.lock, self.provider.kubeconfig, nodes, timeout=self.provider.job_timeout)
+        said = "; ".join(f"{p['namespace']} on {p['node']}: " + ", ".join(
+            f"{t} {'connected' if ok else 'refused'}" for t, ok in p["connected"].items()) for p in r["probes"])
+        monitor = next(p for p in r["probes"] if p["namespace"] == MONITORING_NS)
+        return Outcome(f"{TEAM}'s TrainJob {r['trainjob']} on {', '.join(sorted({f['node'] for f in r['pods']}))}"
+                       f" (loss {r['loss_first']:.4f} -> {r['loss_last']:.4f}); probes: {said}; the monitoring pod "
+                       f"scraped {monitor['result']['scrape']['mlflow_series']} MLflow series; run "
+                       f"{r['mlflow']['run_id'][:12]} {r['mlflow']['status']} in MLflow", r)

@@ -418,7 +418,6 @@ class RealNodeSteps(SuiteState):
             ("SDK TrainJob trains across real nodes", self.sdk_training),
             *([("its run is in MLflow, and only its team's", self.tracked_run)]
               if getattr(self.provider, "tracking", False) else []),
-            ("a team's pods refuse other namespaces", self.team_isolation),
             ("checkpoint outlives the pods", self.checkpoint_kept),
             ("worker killed mid-run", self.worker_killed),
             ("a TrainJob whose pods cannot start is flagged", self.cannot_start),
@@ -487,25 +486,6 @@ class RealNodeSteps(SuiteState):
         return Outcome(f"TrainerClient().train -> {r['name']} on {RELEASE}'s {RUNTIME}: {where}; loss "
                        f"{r['loss_first']:.4f} -> {r['loss_last']:.4f} ({STEPS} steps, get_job_logs)"
                        + (f"; {crossed} (gradients {r['gradient_bytes'] / 1e6:.1f} MB)" if crossed else ""), r)
-
-    def team_isolation(self) -> Outcome | str:
-        """docs/teams.md, "Network isolation", on the real nodes (e2e/isolation.py)."""
-        if not getattr(self.provider, "isolation", False):
-            if self.provider.name == "kind":
-                return ("skipped: the kind provider's bridge CNI enforces no NetworkPolicy (docs/kind.md), so a "
-                        "refusal could not be seen")
-            return "skipped: this run installs no teams (the suite's tracking is off)"
-        from . import isolation
-
-        nodes = [n.name for n in self.provider.cluster.nodes]
-        r = isolation.run(self.kube, self.lock, self.provider.kubeconfig, nodes, timeout=self.provider.job_timeout)
-        said = "; ".join(f"{p['namespace']} on {p['node']}: " + ", ".join(
-            f"{t} {'connected' if ok else 'refused'}" for t, ok in p["connected"].items()) for p in r["probes"])
-        monitor = next(p for p in r["probes"] if p["namespace"] == isolation.MONITORING_NS)
-        return Outcome(f"{isolation.TEAM}'s TrainJob {r['trainjob']} on {', '.join(sorted({f['node'] for f in r['pods']}))}"
-                       f" (loss {r['loss_first']:.4f} -> {r['loss_last']:.4f}); probes: {said}; the monitoring pod "
-                       f"scraped {monitor['result']['scrape']['mlflow_series']} MLflow series; run "
-                       f"{r['mlflow']['run_id'][:12]} {r['mlflow']['status']} in MLflow", r)
 
     def tracked_run(self) -> Outcome:
         name = self.trained["name"]
