@@ -104,7 +104,9 @@ def test_staging_and_prod_renders_differ_exactly_as_their_own_values_say():
     tracked = {k for k in prod if k[0] in ("Role", "RoleBinding") and k[2] == "trainstack-tracking-accounts"
                and k[1] != "kubeflow-system"}
     assert {k[1] for k in tracked} == teams
-    assert set(prod) - set(staging) == team_objects | labels_rule | tracked
+    # and, with teams, the Trainer's status server admitting only them (tests/chart/test_team_isolation.py)
+    status_server = {("NetworkPolicy", "kubeflow-system", "trainstack-trainer-status-server")}
+    assert set(prod) - set(staging) == team_objects | labels_rule | tracked | status_server
     assert set(staging) - set(prod) == set()
 
     # objects both have, differing: the two controllers (resources only) and the teams' policy params
@@ -115,7 +117,9 @@ def test_staging_and_prod_renders_differ_exactly_as_their_own_values_say():
     # the tracking server's list of tracked namespaces (prod's teams), its pod's checksum of that list, and
     # its NetworkPolicy, which admits them
     tracking = {(kind, "kubeflow-system", "trainstack-tracking") for kind in ("ConfigMap", "Deployment", "NetworkPolicy")}
-    assert differ == {trainer, jobset, params} | tracking
+    # and the Trainer's metrics policy, which leaves the status server (10443) to the teams' policy
+    trainer_metrics = ("NetworkPolicy", "kubeflow-system", "trainstack-trainer-metrics")
+    assert differ == {trainer, jobset, params, trainer_metrics} | tracking
     listed = {env: json.loads(objs[("ConfigMap", "kubeflow-system", "trainstack-tracking")]["data"]["namespaces.json"])
               for env, objs in (("staging", staging), ("prod", prod))}
     assert listed == {"staging": [], "prod": sorted(teams)}
@@ -211,6 +215,7 @@ def test_objects_added_or_removed_per_environment_are_the_intended_ones():
     # prod's example teams (its own overlays/prod/values.yaml; tests/chart/test_teams.py checks the objects themselves)
     teams = {(d["kind"], d["metadata"]["name"]) for d in rendered("prod") if "trainstack.io/team" in d["metadata"]["labels"]}
     assert ("Namespace", "team-a") in teams and ("ResourceQuota", "trainstack-team") in teams
+    teams |= {("NetworkPolicy", "trainstack-trainer-status-server")}  # the status server only to the teams
     assert ids("prod") - dev == pdbs | registry | labels | monitoring | tracking | teams and dev - ids("prod") == set()
     assert ids("cpu-only") - dev == set()
     assert dev - ids("cpu-only") == {("ClusterTrainingRuntime", name) for name in GPU_RUNTIMES}

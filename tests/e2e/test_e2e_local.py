@@ -65,6 +65,7 @@ def kubeconfig_state() -> tuple[bool, float]:
 REAL_NODE_STEPS = [
     "SDK TrainJob trains across real nodes",
     "its run is in MLflow, and only its team's",
+    "a team's pods refuse other namespaces",
     "checkpoint outlives the pods",
     "worker killed mid-run",
     "SDK MLX TrainJob submitted (trains beside the next steps)",
@@ -154,6 +155,30 @@ def test_local_e2e_passes_and_leaves_nothing_running(tmp_path):
     assert [(p["expect"], p["connected"]) for p in net] == [("admitted", True), ("refused", False), ("refused", False)], net
     assert net[0]["namespace"] == "trainstack-e2e" and net[0]["node"] != net[0]["server_node"], net
     assert {p["node"] for p in net[1:]} == {"real-0", "real-1"} and all(p["failed_attempts"] > 0 for p in net[1:]), net
+    # team isolation (docs/teams.md), enforced on the real nodes: team-a's two-node torch TrainJob trained on both
+    # nodes; while it ran, rank 0's rendezvous port (29500) and a team-a listener's port refused pods of team-b
+    # and of a namespace that is no team's on every attempt of their window, and admitted team-a's pod and the
+    # monitoring namespace's, which also scraped the tracking server's metrics over the pod network; rank 0 was
+    # still running when the refused windows ended; the job's run is in MLflow, unreadable to team-b
+    iso = steps["a team's pods refuse other namespaces"]["data"]
+    assert sorted(p["node"] for p in iso["pods"]) == ["real-0", "real-1"], iso["pods"]
+    assert all(p["phase"] == "Succeeded" and p["exit_code"] == 0 for p in iso["pods"]), iso["pods"]
+    assert iso["loss_last"] < iso["loss_first"] * 0.5, iso
+    probes = {p["namespace"]: p for p in iso["probes"]}
+    assert sorted(probes) == ["monitoring", "team-a", "team-b", "trainstack-e2e-untracked"], probes
+    for ns, probe in probes.items():
+        assert [t.rsplit(":", 1)[1] for t in probe["targets"]] == ["29500", "8080"], probe
+        admitted = ns in ("team-a", "monitoring")
+        assert probe["connected"] == {t: admitted for t in probe["targets"]}, probe
+        if not admitted:
+            assert all(probe["result"][t]["failed_attempts"] > 1 for t in probe["targets"]), probe
+            assert probe["result"]["window_end"] - probe["result"]["window_start"] >= 2 * probe["window_s"] - 1, probe
+    assert probes["team-a"]["node"] != iso["rank0"]["node"] and probes["team-b"]["node"] == iso["rank0"]["node"]
+    assert iso["rank0_ended"] is None or iso["rank0_ended"] > iso["refused_windows_end"], iso
+    assert probes["monitoring"]["result"]["scrape"]["status"] == 200, probes["monitoring"]
+    assert probes["monitoring"]["result"]["scrape"]["mlflow_series"] > 0, probes["monitoring"]
+    assert iso["mlflow"]["status"] == "FINISHED" and iso["mlflow"]["other_reads_run"] is False, iso["mlflow"]
+    assert "team-a" not in iso["mlflow"]["other_sees"], iso["mlflow"]
     # JAX and XGBoost did the same: two pods on two real nodes, exit 0, on the images built here
     for framework in ("JAX", "XGBoost"):
         run = steps[f"SDK {framework} TrainJob trains across real nodes"]["data"]

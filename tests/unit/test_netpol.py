@@ -48,3 +48,27 @@ def test_the_probe_reports_an_open_port_at_once_and_a_refused_one_for_its_whole_
     refused = probe(port, 1)  # closed now: every attempt refused for one second
     assert refused["connected_after_s"] is None and refused["failed_attempts"] >= 2
     assert refused["errors"] == ["ConnectionRefusedError"]
+
+
+def test_the_isolation_probe_tries_each_target_for_its_window_and_reports_when():
+    """e2e/isolation.py's probe: every target in turn, an open one at once, a refused one for the whole window, the
+    window's wall-clock start and end (checked against when the TrainJob's rank 0 ended)."""
+    from trainstack.e2e import isolation
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        with socket.socket() as closed:
+            closed.bind(("127.0.0.1", 0))  # bound, never listening: refused
+            shut = closed.getsockname()[1]
+            targets = [["127.0.0.1", port], ["127.0.0.1", shut]]
+            out = subprocess.run([sys.executable, "-c", isolation.PROBE, json.dumps(targets), "1", ""],
+                                 capture_output=True, text=True, timeout=30, check=True).stdout
+    result = json.loads(out)
+    assert result[f"127.0.0.1:{port}"]["connected_after_s"] is not None
+    refused = result[f"127.0.0.1:{shut}"]
+    assert refused["connected_after_s"] is None and refused["failed_attempts"] >= 2
+    assert refused["errors"] == ["ConnectionRefusedError"]
+    assert 1 <= result["window_end"] - result["window_start"] < 10 and "scrape" not in result
+

@@ -42,10 +42,10 @@ def choose(name: str, run_dir: Path, lock: lockmod.Lock, args: argparse.Namespac
         if ok:
             return KindProvider(run_dir, lock, reason=f"auto: {why}")
         return LocalProvider(run_dir, lock, port_base=args.port_base, reason=f"auto: kind not possible ({why})",
-                             nodes=nodes, real_nodes=real_nodes, tracking=tracking)
+                             nodes=nodes, real_nodes=real_nodes, tracking=tracking, isolation=tracking)
     if name == "local":
         return LocalProvider(run_dir, lock, port_base=args.port_base, nodes=nodes, real_nodes=real_nodes,
-                             tracking=tracking)
+                             tracking=tracking, isolation=tracking)
     if name == "kind":
         return KindProvider(run_dir, lock)
     return ExistingProvider(lock, install=args.install, context=args.context)

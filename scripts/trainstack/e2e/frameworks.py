@@ -31,11 +31,11 @@ import yaml
 from .. import images, paths
 from . import tracking as trackingmod
 from .base import GROUP, RELEASE, SMOKE_NS, VERSION, Outcome, StepFn
+from .isolation import IsolationSteps
 from .jobpods import pod_facts, pods_of
 from .realnode import (
     NODES,
     RealNodeFailure,
-    RealNodeSteps,
     client,
     events,
     example_module,
@@ -213,7 +213,7 @@ def describe(r: dict[str, Any]) -> str:
             f"{r['world_size']} processes ({where}): {result} on both ranks (read with get_job_logs)")
 
 
-class FrameworkSteps(RealNodeSteps):
+class FrameworkSteps(IsolationSteps):
     """The real nodes' steps plus a JAX, an XGBoost and an MLX TrainJob (mixed into Suite)."""
 
     framework_runs: dict[str, dict[str, Any]]  # each framework's result (train_framework_with_sdk)

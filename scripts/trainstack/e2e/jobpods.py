@@ -21,9 +21,9 @@ CONTAINER = "node"  # the trainer's container in the golden runtimes
 TAIL = 40  # lines kept of each first failure's log
 
 
-def pods_of(kube: Any, name: str) -> list[dict[str, Any]]:
+def pods_of(kube: Any, name: str, namespace: str = SMOKE_NS) -> list[dict[str, Any]]:
     api = kubeapi.for_kube(kube)
-    return kubeapi.items(api, kubeapi.resource(api, "pods", SMOKE_NS), label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
+    return kubeapi.items(api, kubeapi.resource(api, "pods", namespace), label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
 
 
 def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:

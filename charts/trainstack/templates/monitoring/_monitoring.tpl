@@ -1,6 +1,6 @@
 {{/*
 The controllers whose /metrics trainstack wires up, as a JSON list of
-{name, selector, ports (the other container ports their NetworkPolicy keeps open), auth}.
+{name, selector, ports (the other container ports their NetworkPolicy keeps open to all), auth}.
 `auth` says what guards /metrics in the pinned binary (see docs/operations.md):
   - trainer v2.3.0: HTTPS, no authentication filter (controller-runtime's FilterProvider is not
     set in pkg/config/config.go), so only the NetworkPolicy restricts it;
@@ -11,7 +11,9 @@ Selectors are the upstream charts' pod labels without the instance label.
 */}}
 {{- define "trainstack.metricsTargets" -}}
 {{- $out := list -}}
-{{- $out = append $out (dict "name" "trainer" "auth" "networkPolicy" "ports" (list 9443 8081 10443)
+{{- /* the status server (10443): from anywhere, unless team isolation admits only the teams to it (templates/teams/) */ -}}
+{{- $trainerPorts := ternary (list 9443 8081) (list 9443 8081 10443) (eq (include "trainstack.teams.isolated" .) "true") -}}
+{{- $out = append $out (dict "name" "trainer" "auth" "networkPolicy" "ports" $trainerPorts
     "selector" (dict "app.kubernetes.io/name" "kubeflow-trainer" "app.kubernetes.io/component" "manager" "app.kubernetes.io/instance" .Release.Name)) -}}
 {{- if .Values.jobset.install -}}
 {{- $out = append $out (dict "name" "jobset" "auth" "tokenReview" "ports" (list 9443 8081)

@@ -151,3 +151,14 @@ resourceName}.
 {{- end -}}
 {{- toJson $out -}}
 {{- end -}}
+
+{{- /*
+Team isolation (templates/teams/networkpolicy.yaml): "true" when every team namespace gets its
+NetworkPolicy and the Trainer's status server (10443) admits only the team namespaces: there are
+teams and `teams.defaults.networkPolicy.enabled`.
+*/ -}}
+{{- define "trainstack.teams.isolated" -}}
+{{- if and .Values.teams.defaults.networkPolicy.enabled (include "trainstack.teams" . | fromJsonArray) -}}
+true
+{{- end -}}
+{{- end -}}

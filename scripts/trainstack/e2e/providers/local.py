@@ -26,6 +26,7 @@ from ...cluster import addons, sandbox
 from ...cluster import node as nodemod
 from ...cluster.local import GPU_RESOURCE, PORT_NAMES, LocalCluster, NodePool, pid_alive, stop_pids
 from ...errors import UserError
+from .. import isolation as isolationmod
 from .. import tracking as trackingmod
 from ..base import NAMESPACE
 from ..hostcontrollers import CONTROLLER_IMAGES, HostControllers
@@ -156,6 +157,7 @@ class LocalProvider(Provider):
         real_nodes: int = DEFAULT_REAL_NODES,
         tracking: bool = False,
         tracked: tuple[str, ...] = (),
+        isolation: bool = False,
     ) -> None:
         self.run_dir = run_dir
         self.lock = lock or lockmod.load()
@@ -169,6 +171,9 @@ class LocalProvider(Provider):
         self.tracking = tracking and nodes != "kwok"  # the MLflow server runs on a real node
         self.tracked = tuple(tracked)  # namespaces tracked beside the e2e's own (created before the install)
         self.tracking_namespaces = trackingmod.namespaces(self.tracked) if self.tracking else []
+        # the real nodes enforce NetworkPolicy (kube-router, cluster/netpol.py): with ISOLATION (and tracking) the
+        # values add the teams and monitoring whose isolation the suite probes (e2e/isolation.py)
+        self.isolation = isolation and self.tracking
         self.memory: MemorySampler | None = None
         self.memory_report: dict[str, Any] = {}  # the cluster's peak resident memory, once it is down
         if nodes != "kwok":
@@ -184,8 +189,13 @@ class LocalProvider(Provider):
         if not self.real:
             return []
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        return [mirror_values(self.lock, self.run_dir / "values-real-node.yaml", tracking=self.tracking,
-                              tracked=self.tracked)]
+        files = [mirror_values(self.lock, self.run_dir / "values-real-node.yaml", tracking=self.tracking,
+                               tracked=self.tracked)]
+        if self.isolation:
+            files.append(self.run_dir / "values-isolation.yaml")
+            files[-1].write_text("# written by trainstack e2e: the teams the isolation step probes\n"
+                                 + yaml.safe_dump(isolationmod.values()))
+        return files
 
     def up(self, suite: Any) -> LocalCluster:
         for binary in controller_binaries(suite.rendered, self.lock):  # a missing one fails before anything starts
