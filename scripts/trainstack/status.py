@@ -108,27 +108,16 @@ class Cluster:
     """List calls against the API server of a kubeconfig context (the kubernetes client)."""
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
-        try:  # the kubernetes client is slow to import: loaded only when a command talks to a cluster
-            from kubernetes import client, config
-            from kubernetes.config.config_exception import ConfigException
-        except ImportError:  # pragma: no cover - a dependency of the package
-            raise UserError("the kubernetes Python client is not installed", "pip install -e . in the venv") from None
-        try:
-            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
-            chosen = context or (active or {}).get("name", "")
-            if context and context not in {c["name"] for c in contexts}:
-                raise UserError(f"kube context '{context}' is not in the kubeconfig",
-                                f"known: {', '.join(c['name'] for c in contexts) or 'none'}", exit_code=2)
-        except (ConfigException, OSError, TypeError) as err:
-            where = kubeconfig or "KUBECONFIG / ~/.kube/config"
-            raise UserError(f"no usable kube context in {where}: {str(err).splitlines()[0]}",
-                            "set KUBECONFIG or pass --kubeconfig/--context") from None
+        contexts, active = kubeapi.contexts(kubeconfig)
+        chosen = context or (active or {}).get("name", "")
+        if context and context not in {c["name"] for c in contexts}:
+            raise UserError(f"kube context '{context}' is not in the kubeconfig",
+                            f"known: {', '.join(c['name'] for c in contexts) or 'none'}", exit_code=2)
         self.api = kubeapi.client(kubeconfig, context)
         # a pod's log comes from its node's kubelet: a 500 there (the kubelet cannot be reached) is no overloaded
         # API server, and five retries of it cost 6 s per pod
         self.kubelet_api = kubeapi.client(kubeconfig, context, retry_statuses=KUBELET_RETRY_STATUSES)
         self.context = chosen
-        self._client = client
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """GET path (JSON), None when the resource does not exist (404: CRD not installed)."""
@@ -139,8 +128,7 @@ class Cluster:
              from_kubelet: bool = False) -> bytes | None:
         """GET path: the body, None when the resource does not exist (404). FROM_KUBELET: the API server asks a
         node's kubelet (a pod's log), and a server error is not retried."""
-        from kubernetes.client.exceptions import ApiException  # slow to import: see __init__
-        from urllib3.exceptions import HTTPError
+        from urllib3.exceptions import HTTPError  # slow to import: only when a command talks to a cluster
 
         api = self.kubelet_api if from_kubelet else self.api
         try:
@@ -148,7 +136,7 @@ class Cluster:
                                     header_params={"Accept": accept},
                                     auth_settings=["BearerToken"], _preload_content=False,
                                     _request_timeout=30)
-        except ApiException as err:
+        except kubeapi.ApiException as err:
             if err.status == 404:
                 return None
             reason = (err.reason or "").strip()
@@ -424,9 +412,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _current_namespace(kubeconfig: str | None, context: str) -> str | None:
     """The namespace of the kube context (kubectl's default), or None (= all namespaces) if unset."""
-    from kubernetes import config  # slow to import: only when a command talks to a cluster
-
-    contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
+    contexts, _ = kubeapi.contexts(kubeconfig)
     for entry in contexts:
         if entry["name"] == context:
             return (entry.get("context") or {}).get("namespace")

@@ -97,15 +97,13 @@ class Bench:
 
     # -- API calls --------------------------------------------------------------------------
     def _create(self, path: str, body: dict[str, Any], stats: CreateStats) -> None:
-        from kubernetes.client.exceptions import ApiException  # lazy, as kubeapi imports the client
-
         for attempt in range(12):
             try:
                 self.api.call_api(path, "POST", body=body, auth_settings=["BearerToken"],
                                   header_params={"Content-Type": "application/json", "Accept": "application/json"},
                                   _preload_content=False, _return_http_data_only=True, _request_timeout=(10, 60))
                 return
-            except ApiException as err:
+            except kubeapi.ApiException as err:
                 if err.status == 409:  # a retry after a timeout that had in fact created it
                     return
                 if err.status not in (429, 500, 502, 503, 504) or attempt == 11:

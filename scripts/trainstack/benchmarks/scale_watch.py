@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import kubeapi
 from .scale_workloads import SCALE_LABEL, expected_pods
 
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -129,8 +130,6 @@ class Watch(threading.Thread):
         return body["metadata"]["resourceVersion"]
 
     def run(self) -> None:
-        from kubernetes.watch.watch import iter_resp_lines  # lazy, as kubeapi imports the client
-
         try:
             rv = self._list()
         except Exception as err:  # noqa: BLE001 - reported by the caller
@@ -142,7 +141,7 @@ class Watch(threading.Thread):
             try:
                 resp = self._get([("watch", "true"), ("resourceVersion", rv), ("allowWatchBookmarks", "true"),
                                   ("timeoutSeconds", "20")])
-                for line in iter_resp_lines(resp):
+                for line in kubeapi.stream_lines(resp):
                     event = json.loads(line)
                     obj = event.get("object") or {}
                     if event.get("type") == "ERROR":
