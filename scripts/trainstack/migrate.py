@@ -172,9 +172,9 @@ class Migration:
         self.namespace = namespace or self._find_namespace()
 
     def helm(self, *args: str, check: bool = True, timeout: float = 600) -> proc.CompletedProcess:
-        extra = [*(["--kubeconfig", str(self.kubeconfig)] if self.kubeconfig else []),
-                 *(["--kube-context", self.context] if self.context else [])]
-        return helm.run([*args, *extra], lock=self.lock, check=check, timeout=timeout)
+        """`helm ARGS` against the cluster (list -A, get manifest)."""
+        cluster = helm.Release(self.kubeconfig, self.context, lock=self.lock)
+        return cluster.run(cluster.line(*args), check=check, timeout=timeout)
 
     def _find_namespace(self) -> str:
         found = json.loads(self.helm("list", "-A", "-o", "json").stdout or "[]")
@@ -197,7 +197,8 @@ class Migration:
         if not chart.startswith(UPSTREAM_CHART + "-"):
             raise UserError(f"release '{self.release}' is chart {chart}, not upstream's {UPSTREAM_CHART}",
                             "migrate from-upstream hands over a kubeflow-trainer release", exit_code=2)
-        return objects(self.helm("get", "manifest", self.release, "-n", self.namespace).stdout)
+        upstream = helm.Release(self.kubeconfig, self.context, self.release, self.namespace, self.lock)
+        return objects(upstream.run(upstream.manifest()).stdout)
 
     def rendered(self) -> list[dict[str, Any]]:
         deps.ensure(self.lock)
@@ -250,8 +251,9 @@ class Migration:
                           input_text=yaml.safe_dump_all(crds), timeout=180)
         # --force-conflicts: the adopted objects carry fields other managers applied server-side (upstream's
         # runtime installer applies its runtimes with `kubectl apply --server-side`); trainstack now owns them.
-        self.helm("install", TRAINSTACK_RELEASE, str(paths.chart_dir()), "-n", self.namespace, *values,
-                  "--force-conflicts", "--wait", "--timeout", "300s", timeout=420)
+        release = helm.Release(self.kubeconfig, self.context, TRAINSTACK_RELEASE, self.namespace, self.lock)
+        release.run(release.install(str(paths.chart_dir()), *values, "--force-conflicts", "--wait", "--timeout", "300s"),
+                    timeout=420)
         self.kube.kubectl("wait", "--for=condition=Available", "--timeout=180s", "deployment", "--all", "-n",
                           self.namespace, timeout=210)
         golden = {o["metadata"]["name"] for o in rendered if o.get("kind") == "ClusterTrainingRuntime"}

@@ -28,7 +28,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainstack import helm, migrate, paths, tools
+from trainstack import helm, migrate, paths
 from trainstack.cluster.local import BINARIES
 from trainstack.e2e import base as basemod
 from trainstack.e2e import clusterstate, upgrade
@@ -88,14 +88,15 @@ class Live:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def helm(self, *args: str) -> subprocess.CompletedProcess:
-        return helm.run([*args, "--kubeconfig", str(self.kubeconfig)], lock=self.suite.lock)
+        cluster = helm.Release(self.kubeconfig, lock=self.suite.lock)
+        return cluster.run(cluster.line(*args))
 
     def install_upstream(self) -> None:
         """`helm install` of upstream's chart (the controllers started as host processes once helm created
         them); then what the runtime installer hook's container does."""
         sets = [a for s in UPSTREAM_SETS for a in ("--set", s)] + [a for s in UPSTREAM_JSON for a in ("--set-json", s)]
-        cmd = [str(tools.require("helm", self.suite.lock)), "install", RELEASE, str(upstream_archive()), "-n", NS,
-               "--create-namespace", *sets, "--wait", "--timeout", "300s", "--kubeconfig", str(self.kubeconfig)]
+        upstream = helm.Release(self.kubeconfig, name=RELEASE, namespace=NS, lock=self.suite.lock)
+        cmd = upstream.install(str(upstream_archive()), "--create-namespace", *sets, "--wait", "--timeout", "300s")
         log = self.run_dir / "helm-install-upstream.log"
         with log.open("w") as sink:
             proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

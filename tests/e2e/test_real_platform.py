@@ -242,12 +242,11 @@ def test_the_pipeline_trains_on_real_pods_and_evaluates_the_real_checkpoint(clus
 
 def _upgrade(platform, value: str) -> None:
     """`helm upgrade` of the platform's release with its values and VALUE (--set), waiting for it."""
-    cmd = platform.helm_cmd("upgrade", basemod.RELEASE, *platform.install_args, "-n", basemod.NAMESPACE,
-                            "--reuse-values", "--set", value, "--wait", "--timeout", "180s",
-                            # controllers own fields of chart objects (webhook certificates): docs/upgrading.md
-                            "--force-conflicts")
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False,
-                            env={**os.environ, **helm.env(platform.lock)})
+    release = platform.release()
+    result = release.run(release.upgrade(*platform.install_args, "--reuse-values", "--set", value, "--wait",
+                                         "--timeout", "180s",
+                                         # controllers own fields of chart objects (webhook certificates): docs/upgrading.md
+                                         "--force-conflicts"), check=False, timeout=240)
     assert result.returncode == 0, (f"{helm.first_error_line(result.stderr or result.stdout)}; "
                                     f"{json.dumps(_tracking_pods(platform))}")
 

@@ -8,7 +8,7 @@ import time
 
 import yaml
 
-from .. import api, helm, kubeapi, proc
+from .. import api, helm, kubeapi
 from .base import (
     FRAMEWORK_LABEL,
     LWS_NAME_LABEL,
@@ -47,14 +47,13 @@ class PlatformChecks(SuiteState):
         # an upgrade would undo: helm v4 only there
         binaries = ("helm",) if getattr(self, "data_cache", False) else clients
         for binary in binaries:
+            release = self.release(binary)
             if binary == "helm3":
-                upgrade = self.helm_cmd("upgrade", RELEASE, *self.install_args, "-n", NAMESPACE, "--wait",
-                                        "--timeout", "180s", binary=binary)
-                result = proc.run(upgrade, check=False, env=helm.env(self.lock), timeout=240, what="helm3 upgrade")
+                upgrade = release.upgrade(*self.install_args, "--wait", "--timeout", "180s")
+                result = release.run(upgrade, check=False, timeout=240)
                 if result.returncode != 0:
                     raise SuiteFailure(f"helm3 upgrade: {helm.first_error_line(result.stderr or result.stdout)}")
-            cmd = self.helm_cmd("test", RELEASE, "-n", NAMESPACE, "--logs", "--timeout", "180s", binary=binary)
-            result = proc.run(cmd, check=False, env=helm.env(self.lock), timeout=240, what=f"{binary} test")
+            result = release.run(release.test("--logs", "--timeout", "180s"), check=False, timeout=240)
             log = self.run_dir / f"{binary}-test.log"
             log.write_text(result.stdout + result.stderr)
             lines = [line.strip() for line in result.stdout.splitlines()]
