@@ -24,6 +24,7 @@ from typing import Any
 from . import api, kubeapi, progress
 from . import lock as lockmod
 from .errors import UserError
+from .jsontypes import dig
 
 # Deployment name -> (component, lock image). The chart's stable names (fullnameOverride).
 COMPONENTS = {
@@ -158,7 +159,7 @@ class Cluster:
             if page is None:
                 return None
             items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
+            token = dig(page, "metadata", "continue")
             if not token:
                 return items
             params = {**base, "continue": token}
@@ -180,7 +181,7 @@ def trainjob_state(tj: dict[str, Any]) -> str:
         return "Failed"
     if conditions.get("Complete") == "True":
         return "Complete"
-    if conditions.get("Suspended") == "True" or (tj.get("spec") or {}).get("suspend"):
+    if conditions.get("Suspended") == "True" or dig(tj, "spec", "suspend"):
         return "Suspended"
     if any((j.get("active") or 0) > 0 or (j.get("ready") or 0) > 0 for j in status.get("jobsStatus") or []):
         return "Running"
@@ -207,7 +208,7 @@ def why_blocked(pods: list[dict[str, Any]], now: datetime, unschedulable_after: 
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         st = pod.get("status") or {}
         for container in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
-            waiting = (container.get("state") or {}).get("waiting") or {}
+            waiting = dig(container, "state", "waiting") or {}
             if waiting.get("reason") in CANNOT_START:
                 message = " ".join(str(waiting.get("message") or "").split())[:200]
                 return f"{pod['metadata']['name']}: {waiting['reason']}" + (f": {message}" if message else "")
@@ -233,7 +234,7 @@ def collect(cluster: Cluster, namespace: str | None, platform_namespace: str = a
 
     deployments = cluster.list(f"/apis/apps/v1/namespaces/{platform_namespace}/deployments") or []
     leases = cluster.list(f"/apis/coordination.k8s.io/v1/namespaces/{platform_namespace}/leases") or []
-    holders = [(lease.get("spec") or {}).get("holderIdentity") or "" for lease in leases]
+    holders = [dig(lease, "spec", "holderIdentity") or "" for lease in leases]
     for deployment in deployments:
         name = deployment["metadata"]["name"]
         if name not in COMPONENTS:
@@ -264,7 +265,7 @@ def collect(cluster: Cluster, namespace: str | None, platform_namespace: str = a
         trainer = st.get("trainerStatus") or {}
         result.trainjobs.append(TrainJobRow(
             namespace=meta.get("namespace", ""), name=meta["name"], state=trainjob_state(tj),
-            runtime=(spec.get("runtimeRef") or {}).get("name", ""), age_s=_age(meta.get("creationTimestamp"), now),
+            runtime=dig(spec, "runtimeRef", "name", default=""), age_s=_age(meta.get("creationTimestamp"), now),
             progress=trainer.get("progressPercentage"), remaining_s=trainer.get("estimatedRemainingSeconds")))
     active = [t for t in result.trainjobs if t.state in ("Pending", "Running")]
     if active:  # pods of the JobSets (one per TrainJob, the same name): why an active one cannot start
@@ -314,7 +315,7 @@ def find_runs(cluster: Cluster, namespace: str | None, rows: list[TrainJobRow], 
     newest: dict[tuple[str, str], dict[str, Any]] = {}
     for pod in cluster.list(pods_path, selector=RANK0_SELECTOR) or []:
         meta = pod["metadata"]
-        key = (meta.get("namespace", ""), (meta.get("labels") or {}).get(JOBSET_NAME, ""))
+        key = (meta.get("namespace", ""), dig(meta, "labels", JOBSET_NAME, default=""))
         if key in wanted and meta.get("creationTimestamp", "") >= newest.get(key, {}).get(
                 "metadata", {}).get("creationTimestamp", ""):
             newest[key] = pod
@@ -415,7 +416,7 @@ def _current_namespace(kubeconfig: str | None, context: str) -> str | None:
     contexts, _ = kubeapi.contexts(kubeconfig)
     for entry in contexts:
         if entry["name"] == context:
-            return (entry.get("context") or {}).get("namespace")
+            return dig(entry, "context", "namespace")
     return None
 
 

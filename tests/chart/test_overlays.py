@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT, assert_one_line_error, by_kind, docs_of, helm_template, run_cli
 from gitops_support import ENVIRONMENTS, MIRROR, canonical, cluster_scoped, group_kind, plain_kustomize, rendered
 from trainstack import yamlio
+from trainstack.jsontypes import dig
 
 pytestmark = pytest.mark.slow
 
@@ -365,7 +366,7 @@ def test_base_component_protects_crds_and_certificates(env):
 @pytest.mark.parametrize("env", ENVIRONMENTS)
 def test_sync_waves_put_crds_first_and_runtimes_and_policies_after_the_controllers(env):
     def wave(doc: dict) -> int:
-        return int((doc["metadata"].get("annotations") or {}).get("argocd.argoproj.io/sync-wave", "0"))
+        return int(dig(doc["metadata"], "annotations", "argocd.argoproj.io/sync-wave", default="0"))
 
     waves: dict[str, set[int]] = {}
     for doc in rendered(env):

@@ -8,6 +8,7 @@ import json
 import pytest
 
 from conftest import ROOT, by_kind, docs_of, helm_template, run_cli
+from trainstack.jsontypes import dig
 
 pytestmark = pytest.mark.slow
 
@@ -18,7 +19,7 @@ TEAMS = ("--set", "teams.team-a.quota.cpu=4", "--set", "teams.team-b.namespace=m
 
 
 def tracking_objects(docs: list[dict]) -> list[dict]:
-    return [d for d in docs if (d["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "tracking"]
+    return [d for d in docs if dig(d["metadata"], "labels", "app.kubernetes.io/component") == "tracking"]
 
 
 def render(*args: str) -> list[dict]:

@@ -34,6 +34,7 @@ from trainstack.e2e import base as basemod
 from trainstack.e2e import clusterstate, upgrade
 from trainstack.e2e import suite as suitemod
 from trainstack.e2e.providers.local import SIMULATED_TAINT, LocalProvider
+from trainstack.jsontypes import dig
 
 from .conftest import fresh_run_dir, need_binaries
 
@@ -286,9 +287,9 @@ def test_migration_keeps_crds_and_trainjobs_and_hands_over(live):
         kind, name = target.split("/")[0], target.rsplit("/", 1)[-1]
         meta = live.get(target)["metadata"]
         assert meta["uid"] == uid, f"{target} was re-created"
-        assert (meta.get("annotations") or {}).get(migrate.RELEASE_NAME) == "trainstack", target
-        assert (meta.get("annotations") or {}).get(migrate.RELEASE_NS) == NS, target
-        assert (meta.get("labels") or {}).get(migrate.MANAGED_BY) == "Helm", target
+        assert dig(meta, "annotations", migrate.RELEASE_NAME) == "trainstack", target
+        assert dig(meta, "annotations", migrate.RELEASE_NS) == NS, target
+        assert dig(meta, "labels", migrate.MANAGED_BY) == "Helm", target
         assert (kind, name) in manifest, target
     # Upstream's installed runtimes: adopted in place or removed, removed only after the golden ones existed.
     golden = {r["metadata"]["name"] for r in live.kube.kubectl_json(

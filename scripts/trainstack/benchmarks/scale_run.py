@@ -17,6 +17,7 @@ from ..cluster.local import GPU_RESOURCE
 from ..e2e import smokejobs as smokemod
 from ..e2e import suite as suitemod
 from ..errors import UserError
+from ..jsontypes import dig
 from .scale_meter import Meter, log_errors, percentiles
 from .scale_watch import Tracker, Watch
 from .scale_workloads import (
@@ -282,7 +283,7 @@ class Bench:
             cfg = ctl.config
             out[ctl.binary_name] = {
                 "clientConnection": cfg.get("clientConnection") or "binary default",
-                **({"groupKindConcurrency": (cfg.get("controller") or {}).get("groupKindConcurrency")}
+                **({"groupKindConcurrency": dig(cfg, "controller", "groupKindConcurrency")}
                    if "trainer" in ctl.binary_name else {}),
             }
         return out

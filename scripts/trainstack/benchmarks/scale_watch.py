@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import kubeapi
+from ..jsontypes import dig
 from .scale_workloads import SCALE_LABEL, expected_pods
 
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -60,9 +61,9 @@ class Tracker:
         name = obj["metadata"]["name"]
         with self.lock:
             rec.pod_added.setdefault(name, now)
-            if (obj.get("spec") or {}).get("nodeName"):
+            if dig(obj, "spec", "nodeName"):
                 rec.pod_bound.setdefault(name, now)
-            if (obj.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+            if dig(obj, "status", "phase") in ("Running", "Succeeded", "Failed"):
                 rec.pod_running.setdefault(name, now)
 
     def jobset(self, obj: dict[str, Any], now: float, owns_completion: bool) -> None:
@@ -75,7 +76,7 @@ class Tracker:
                 rec.expected = expected_pods(obj)
                 self.captured[obj["metadata"]["name"]] = obj
             if owns_completion:
-                conds = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+                conds = {c["type"]: c["status"] for c in dig(obj, "status", "conditions") or []}
                 if conds.get("Completed") == "True":
                     self._finish(rec, now)
                 elif conds.get("Failed") == "True":
@@ -85,7 +86,7 @@ class Tracker:
         rec = self.records.get(obj["metadata"]["name"])
         if rec is None:
             return
-        conds = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+        conds = {c["type"]: c["status"] for c in dig(obj, "status", "conditions") or []}
         with self.lock:
             if conds.get("Complete") == "True":
                 self._finish(rec, now)
@@ -93,10 +94,10 @@ class Tracker:
                 self._finish(rec, now, failed=True)
 
     def job(self, obj: dict[str, Any], now: float) -> None:
-        rec = self.records.get((obj["metadata"].get("labels") or {}).get(SCALE_LABEL, ""))
+        rec = self.records.get(dig(obj["metadata"], "labels", SCALE_LABEL, default=""))
         if rec is None:
             return
-        conds = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+        conds = {c["type"]: c["status"] for c in dig(obj, "status", "conditions") or []}
         with self.lock:
             if conds.get("Failed") == "True":
                 self._finish(rec, now, failed=True)
@@ -148,7 +149,7 @@ class Watch(threading.Thread):
                         if obj.get("code") == 410:
                             rv = self._list()
                         break
-                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    rv = dig(obj, "metadata", "resourceVersion") or rv
                     if event.get("type") in ("ADDED", "MODIFIED"):
                         self.handler(obj, time.monotonic())
                         self.tracker.events += 1

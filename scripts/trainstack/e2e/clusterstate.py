@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import kubeapi
+from ..jsontypes import dig
 
 TERMINAL = ("Complete", "Failed")
 
@@ -24,7 +25,7 @@ class Snapshot:
 
 
 def terminal(obj: dict[str, Any]) -> tuple[str, str]:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
+    for cond in dig(obj, "status", "conditions") or []:
         if cond.get("type") in TERMINAL and cond.get("status") == "True":
             return cond["type"], str(cond.get("lastTransitionTime", ""))
     return "", ""

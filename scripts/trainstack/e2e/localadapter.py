@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from .. import kubeapi, proc
+from ..jsontypes import dig
 from .base import NAMESPACE
 
 WEBHOOK_KINDS = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
@@ -77,12 +78,13 @@ class LocalAdapter:
         cluster = self.provider.cluster
         api = kubeapi.for_kube(cluster)
         try:
-            services = {s["metadata"]["name"]: s for s in kubeapi.items(api, kubeapi.resource(api, "services", NAMESPACE))}
+            services = {s["metadata"]["name"]: s
+                        for s in kubeapi.items(api, kubeapi.resource(api, "services", NAMESPACE))}
             configs = [c for kind in WEBHOOK_KINDS for c in kubeapi.items(api, kubeapi.resource(api, kind))]
         except (kubeapi.ApiException, HTTPError):  # the API server busy or away: look again on the next change
             return False
         ports = {name: ctl.webhook_port for ctl in ctls.controllers for name in ctl.services}
-        if any((services.get(n, {}).get("spec") or {}).get("type") != "ExternalName" for n in ports):
+        if any(dig(services.get(n, {}), "spec", "type") != "ExternalName" for n in ports):
             return True
         bundle = cluster.ca_bundle()
         for config in configs:

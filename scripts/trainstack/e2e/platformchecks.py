@@ -9,6 +9,7 @@ import time
 import yaml
 
 from .. import api, helm, kubeapi
+from ..jsontypes import dig
 from .base import (
     FRAMEWORK_LABEL,
     LWS_NAME_LABEL,
@@ -90,7 +91,7 @@ class PlatformChecks(SuiteState):
         pods = self.read("pods", NAMESPACE)
         running = {d["metadata"]["name"]: sorted(p["spec"].get("nodeName") or "" for p in pods
                                                  if p["metadata"]["name"].startswith(d["metadata"]["name"] + "-")
-                                                 and (p.get("status") or {}).get("phase") == "Running")
+                                                 and dig(p, "status", "phase") == "Running")
                    for d in deploys}
         return Outcome(f"{len(deploys)} Deployments Available; TrainJob dry run admitted by the webhooks",
                        {"deployments": sorted(running), "pods_on_nodes": running, "webhook_dry_run": "admitted"})
@@ -103,7 +104,7 @@ class PlatformChecks(SuiteState):
         missing = sorted(set(wanted) - set(have))
         if missing:
             raise SuiteFailure(f"golden runtimes rendered by the chart are not in the cluster: {', '.join(missing)}")
-        unlabelled = sorted(n for n, r in have.items() if not (r["metadata"].get("labels") or {}).get(FRAMEWORK_LABEL))
+        unlabelled = sorted(n for n, r in have.items() if not dig(r["metadata"], "labels", FRAMEWORK_LABEL))
         if unlabelled:
             raise SuiteFailure(f"runtimes without the {FRAMEWORK_LABEL} label: {', '.join(unlabelled)}")
         return ", ".join(sorted(have))

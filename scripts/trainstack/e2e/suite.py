@@ -24,6 +24,7 @@ from typing import Any
 from .. import helm, kubeapi, paths, proc, progress, publish
 from .. import lock as lockmod
 from ..errors import UserError
+from ..jsontypes import dig
 from .base import (
     GROUP,
     NAMESPACE,
@@ -191,7 +192,7 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         nodes = self.kube.kubectl_json("get", "nodes").get("items", [])
         # the kubelets that really run pods (KWOK's fake nodes report a version they were told)
         kubelets = sorted({n.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "") for n in nodes
-                           if (n["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") != "fake"})
+                           if dig(n["metadata"], "annotations", "kwok.x-k8s.io/node") != "fake"})
         return Outcome(self.provider.describe(), {"serverVersion": version, "kubeletVersions": kubelets,
                                                   **self.provider.cluster_data()})
 
@@ -246,8 +247,8 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
             )
         self.installed = True
         cache = " --set dataCache.enabled=true" if self.data_cache else ""
-        shown = " ".join(["install", RELEASE, *self.install_args, "-n", NAMESPACE, "--create-namespace"][:7 + len(source)]
-                         ) + cache
+        line = ["install", RELEASE, *self.install_args, "-n", NAMESPACE, "--create-namespace"]
+        shown = " ".join(line[:7 + len(source)]) + cache
         return Outcome(shown + (f"; published {self.chart_reference}" if self.chart_reference else "")
                        + (f"; {notes}" if notes else ""), {"chart": source[0]})
 
@@ -285,11 +286,11 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         except (UserError, ValueError) as err:
             return f"; the platform's pods could not be read: {getattr(err, 'message', err)}"
         pressure = [f"{node['metadata']['name']} {c['type']}" for node in nodes
-                    for c in (node.get("status") or {}).get("conditions") or []
+                    for c in dig(node, "status", "conditions") or []
                     if c.get("type", "").endswith("Pressure") and c.get("status") == "True"]
         warnings: list[str] = []
         for event in events:
-            line = (f"{(event.get('involvedObject') or {}).get('name')} {event.get('reason')}: "
+            line = (f"{dig(event, 'involvedObject', 'name')} {event.get('reason')}: "
                     f"{(event.get('message') or '')[:160]}")
             if line not in warnings:
                 warnings.append(line)

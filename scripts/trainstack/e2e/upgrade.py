@@ -44,6 +44,7 @@ from .. import lock as lockmod
 from .. import render as rendermod
 from ..api import TRAINER_API
 from ..errors import UserError
+from ..jsontypes import dig
 from ..kubectl import Kubectl
 from ..render import rendered_crds
 from .base import GROUP, NAMESPACE, PART_OF, RELEASE
@@ -150,8 +151,8 @@ class UpgradeTest:
         key, value = PART_OF
         api = self.api()
         items = kubeapi.items(api, kubeapi.resource(api, "clustertrainingruntimes"), label_selector=f"{key}={value}")
-        fits = [r for r in items if "torch" in ((r.get("spec") or {}).get("mlPolicy") or {})
-                and (r["metadata"].get("labels") or {}).get("trainstack.io/accelerator", "cpu") == "cpu"
+        fits = [r for r in items if "torch" in (dig(r, "spec", "mlPolicy") or {})
+                and dig(r["metadata"], "labels", "trainstack.io/accelerator", default="cpu") == "cpu"
                 and len(r["spec"]["template"]["spec"]["replicatedJobs"]) == 1]
         if not fits:
             raise UserError("the installed platform has no CPU torch golden runtime to run TrainJobs on")
