@@ -45,6 +45,7 @@ from typing import Any
 from . import imagelayers, paths, proc, progress, tools, trainenv
 from . import lock as lockmod
 from .errors import UserError
+from .jsontypes import dig
 
 KEY_LABEL = "trainstack.io/build-key"
 MIRROR = "localhost:5000"
@@ -401,7 +402,7 @@ class Builder:
         if result.returncode != 0:
             return None
         try:
-            return (json.loads(result.stdout).get("config") or {}).get("Labels", {}).get(KEY_LABEL)
+            return dig(json.loads(result.stdout), "config", "Labels", default={}).get(KEY_LABEL)
         except ValueError:
             return None
 

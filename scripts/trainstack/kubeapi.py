@@ -27,6 +27,30 @@ REQUEST_TIMEOUT = (10, 60)
 RETRY_STATUSES = (429, 500, 502, 503, 504)
 
 
+def __getattr__(name: str) -> Any:
+    """kubeapi.ApiException: the kubernetes client's error answer (.status, .reason, .body), imported
+    when first named, so a module can catch it without importing the client itself."""
+    if name == "ApiException":
+        from kubernetes.client.exceptions import ApiException  # heavy: see the note at the top
+
+        return ApiException
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def contexts(kubeconfig: Path | str | None = None) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The contexts of KUBECONFIG (default: KUBECONFIG, then ~/.kube/config) and the current one, as
+    kubectl reads them; a UserError when there is no usable kubeconfig."""
+    from kubernetes import config  # heavy: see the note at the top
+    from kubernetes.config.config_exception import ConfigException
+
+    try:
+        return config.list_kube_config_contexts(config_file=str(kubeconfig) if kubeconfig else None)
+    except (ConfigException, OSError, TypeError) as err:
+        where = kubeconfig or "KUBECONFIG / ~/.kube/config"
+        raise UserError(f"no usable kube context in {where}: {str(err).splitlines()[0]}",
+                        "set KUBECONFIG or pass --kubeconfig/--context") from None
+
+
 def client(kubeconfig: Path | str | None = None, context: str | None = None, pool: int | None = None,
            retry_statuses: tuple[int, ...] = RETRY_STATUSES) -> Any:
     """An ApiClient for KUBECONFIG's CONTEXT (the current one when None), with retries: on a refused connection,
@@ -89,6 +113,24 @@ def core_objects(api: Any, plural: str, namespace: str | None = None) -> Callabl
                             _preload_content=kwargs.get("_preload_content", True),
                             _request_timeout=kwargs.get("_request_timeout"))
     return listed
+
+
+def create(api: Any, obj: dict[str, Any], plural: str, dry_run: bool = False, timeout: float = 30) -> Any:
+    """Create OBJ (a namespaced object of a /apis group) as PLURAL; DRY_RUN: a server-side dry run
+    (admission webhooks and policies run, nothing is stored). Raises ApiException on an error answer."""
+    from kubernetes import client as k8s  # heavy: see the note at the top
+
+    group, version = obj["apiVersion"].split("/")
+    return k8s.CustomObjectsApi(api).create_namespaced_custom_object(
+        group, version, obj["metadata"]["namespace"], plural, obj, _request_timeout=timeout,
+        **({"dry_run": "All"} if dry_run else {}))
+
+
+def stream_lines(response: Any) -> Iterator[str]:
+    """The lines of a streamed response (a watch read with _preload_content=False), as they arrive."""
+    from kubernetes.watch.watch import iter_resp_lines  # heavy: see the note at the top
+
+    return iter_resp_lines(response)
 
 
 def _as_dict(api: Any, obj: Any) -> dict[str, Any]:

@@ -106,6 +106,22 @@ def load_layers(spec: Path | None = None) -> list[Layer]:
         raise UserError(f"{spec}: not a layer contract: {err}", "see docs/architecture.md") from None
 
 
+@dataclass(frozen=True)
+class Only:
+    package: str  # an outside package (kubernetes)
+    modules: tuple[str, ...]  # the modules of the package that may import it, relative to the package
+
+
+def load_only(spec: Path | None = None) -> list[Only]:
+    """The [[only]] entries of layers.toml: an outside package that only the named modules import."""
+    spec = spec or paths.repo_root() / LAYERS_FILE
+    try:
+        data = tomllib.loads(spec.read_text())
+        return [Only(str(entry["package"]), tuple(str(m) for m in entry["modules"])) for entry in data.get("only", [])]
+    except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError) as err:
+        raise UserError(f"{spec}: not a layer contract: {err}", "see docs/architecture.md") from None
+
+
 def contract_checks(package_root: Path | None = None, spec: Path | None = None) -> list[Check]:
     """The layer contract and the no-cycles contract over the package under PACKAGE_ROOT (the folder
     holding trainstack/, default scripts/). The graph is built in a child Python whose path starts at
@@ -130,13 +146,14 @@ def contracts_main(spec: str) -> int:
     from importlinter.domain.contract import InvalidContractOptions
 
     configuration.configure()  # import-linter's settings (its timer, its printer), as its own CLI does
-    graph = grimp.build_graph(PACKAGE, cache_dir=None)
+    graph = grimp.build_graph(PACKAGE, include_external_packages=True, cache_dir=None)
     layers = load_layers(Path(spec))
     layers_problems, members = _expand(graph, layers)
     try:  # what is placed is checked even while a module is unplaced
         layers_problems += _layers_contract(graph, layers, members)
     except (ValueError, InvalidContractOptions) as err:  # a module in two layers: no contract to check
         layers_problems.append(f"{LAYERS_FILE}: the contract cannot be built: {err}")
+    layers_problems += _only_contract(graph, load_only(Path(spec)))
     found = {"layers": layers_problems, "cycles": _cycles(graph)}
     print(json.dumps(found))
     return 0
@@ -197,12 +214,30 @@ def _layers_contract(graph: Any, layers: list[Layer], members: list[list[str]]) 
     return sorted(problems)
 
 
+def _only_contract(graph: Any, rules: list[Only]) -> list[str]:
+    """Each [[only]] rule: a module of the package that imports the outside package directly and is not
+    one of the rule's modules (nor under one of them), one line per import naming file and line."""
+    problems = []
+    for rule in rules:
+        if rule.package not in graph.modules:
+            continue
+        allowed = [f"{PACKAGE}.{m}" for m in rule.modules]
+        for importer in sorted(graph.find_modules_that_directly_import(rule.package)):
+            if not importer.startswith(PACKAGE + ".") or any(importer == a or importer.startswith(a + ".")
+                                                               for a in allowed):
+                continue
+            for detail in graph.get_import_details(importer=importer, imported=rule.package):
+                problems.append(f"{_file(importer)}:{detail['line_number']}: {importer} -> {detail['imported']} "
+                                f"(only {', '.join(allowed)} imports {rule.package})")
+    return sorted(problems)
+
+
 def _cycles(graph: Any) -> list[str]:
     """Modules that import each other, directly or round a longer loop: one line per strongly connected
     group of modules, naming its shortest cycle. Module by module, not package by package (import-linter's
     acyclic_siblings contract counts a package as one node, so a package split across layers, e2e and
     its cli command, would make legal imports look like a cycle)."""
-    modules = sorted(graph.modules)
+    modules = sorted(m for m in graph.modules if m == PACKAGE or m.startswith(PACKAGE + "."))  # not the outside ones
     edges = {m: sorted(graph.find_modules_directly_imported_by(m)) for m in modules}
     problems = []
     for group in _strongly_connected(modules, edges):

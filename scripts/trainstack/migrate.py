@@ -42,6 +42,7 @@ from . import api, cmdline, deps, helm, paths, proc, progress, tools, yamlio
 from . import lock as lockmod
 from . import render as rendermod
 from .errors import UserError
+from .jsontypes import dig
 from .kubectl import Kubectl
 
 TRAINSTACK_RELEASE = api.RELEASE
@@ -94,11 +95,11 @@ def unfinished_users(trainjobs: list[dict[str, Any]]) -> dict[str, list[str]]:
     """ClusterTrainingRuntime name -> unfinished TrainJobs (ns/name) that reference it."""
     users: dict[str, list[str]] = {}
     for job in trainjobs:
-        ref = (job.get("spec") or {}).get("runtimeRef") or {}
+        ref = dig(job, "spec", "runtimeRef") or {}
         if ref.get("kind", "ClusterTrainingRuntime") != "ClusterTrainingRuntime":
             continue
         done = any(c.get("type") in TERMINAL and c.get("status") == "True"
-                   for c in (job.get("status") or {}).get("conditions") or [])
+                   for c in dig(job, "status", "conditions") or [])
         if not done:
             meta = job["metadata"]
             users.setdefault(ref.get("name", ""), []).append(f"{meta.get('namespace')}/{meta['name']}")
@@ -111,11 +112,11 @@ def plan(upstream: list[dict[str, Any]], rendered: list[dict[str, Any]], namespa
     trainstack installs; `installed_runtimes`: the ClusterTrainingRuntimes in the cluster."""
     ours = {ref_of(o, namespace) for o in rendered if o.get("kind") != "CustomResourceDefinition"}
     theirs = [ref_of(o, namespace) for o in upstream]
-    selectors = {ref_of(o, namespace): (o.get("spec") or {}).get("selector") for o in rendered
+    selectors = {ref_of(o, namespace): dig(o, "spec", "selector") for o in rendered
                  if o.get("kind") in WORKLOADS}
     replaced = [ref_of(o, namespace) for o in upstream if o.get("kind") in WORKLOADS
                 and ref_of(o, namespace) in selectors
-                and (o.get("spec") or {}).get("selector") != selectors[ref_of(o, namespace)]]
+                and dig(o, "spec", "selector") != selectors[ref_of(o, namespace)]]
     actions: list[Action] = []
     for ref in theirs:
         if ref.kind == "CustomResourceDefinition":
@@ -127,7 +128,7 @@ def plan(upstream: list[dict[str, Any]], rendered: list[dict[str, Any]], namespa
                                   f"to {TRAINSTACK_RELEASE}"))
     golden = {r.name for r in ours if r.kind == "ClusterTrainingRuntime"}
     by_installer = [r for r in installed_runtimes
-                    if (r["metadata"].get("labels") or {}).get(INSTALLER_LABEL) == INSTALLER_VALUE]
+                    if dig(r["metadata"], "labels", INSTALLER_LABEL) == INSTALLER_VALUE]
     for runtime in by_installer:
         name = runtime["metadata"]["name"]
         if name in golden:
@@ -172,9 +173,9 @@ class Migration:
         self.namespace = namespace or self._find_namespace()
 
     def helm(self, *args: str, check: bool = True, timeout: float = 600) -> proc.CompletedProcess:
-        extra = [*(["--kubeconfig", str(self.kubeconfig)] if self.kubeconfig else []),
-                 *(["--kube-context", self.context] if self.context else [])]
-        return helm.run([*args, *extra], lock=self.lock, check=check, timeout=timeout)
+        """`helm ARGS` against the cluster (list -A, get manifest)."""
+        cluster = helm.Release(self.kubeconfig, self.context, lock=self.lock)
+        return cluster.run(cluster.line(*args), check=check, timeout=timeout)
 
     def _find_namespace(self) -> str:
         found = json.loads(self.helm("list", "-A", "-o", "json").stdout or "[]")
@@ -197,7 +198,8 @@ class Migration:
         if not chart.startswith(UPSTREAM_CHART + "-"):
             raise UserError(f"release '{self.release}' is chart {chart}, not upstream's {UPSTREAM_CHART}",
                             "migrate from-upstream hands over a kubeflow-trainer release", exit_code=2)
-        return objects(self.helm("get", "manifest", self.release, "-n", self.namespace).stdout)
+        upstream = helm.Release(self.kubeconfig, self.context, self.release, self.namespace, self.lock)
+        return objects(upstream.run(upstream.manifest()).stdout)
 
     def rendered(self) -> list[dict[str, Any]]:
         deps.ensure(self.lock)
@@ -250,8 +252,9 @@ class Migration:
                           input_text=yaml.safe_dump_all(crds), timeout=180)
         # --force-conflicts: the adopted objects carry fields other managers applied server-side (upstream's
         # runtime installer applies its runtimes with `kubectl apply --server-side`); trainstack now owns them.
-        self.helm("install", TRAINSTACK_RELEASE, str(paths.chart_dir()), "-n", self.namespace, *values,
-                  "--force-conflicts", "--wait", "--timeout", "300s", timeout=420)
+        release = helm.Release(self.kubeconfig, self.context, TRAINSTACK_RELEASE, self.namespace, self.lock)
+        release.run(release.install(str(paths.chart_dir()), *values, "--force-conflicts", "--wait",
+                                    "--timeout", "300s"), timeout=420)
         self.kube.kubectl("wait", "--for=condition=Available", "--timeout=180s", "deployment", "--all", "-n",
                           self.namespace, timeout=210)
         golden = {o["metadata"]["name"] for o in rendered if o.get("kind") == "ClusterTrainingRuntime"}

@@ -36,6 +36,7 @@ from typing import Any
 from . import chartpack, deps, helm, paths, progress, tools, trainenv, yamlio
 from . import lock as lockmod
 from .errors import UserError
+from .jsontypes import dig
 
 # The controllers trainstack can install: their module is the lock's chart source of that name
 # (Kueue only where the lock pins its chart).
@@ -370,7 +371,7 @@ def dashboard_exprs(dashboard: dict[str, Any]) -> dict[str, str]:
             walk(panel.get("panels"))
 
     walk(dashboard.get("panels"))
-    for var in (dashboard.get("templating") or {}).get("list") or []:
+    for var in dig(dashboard, "templating", "list") or []:
         query = var.get("query")
         if var.get("type") == "query":
             text = query.get("query") if isinstance(query, dict) else query

@@ -15,6 +15,7 @@ from decimal import Decimal
 
 from . import quantity as quantitymod
 from .errors import UserError
+from .jsontypes import dig
 
 # Upstream constants (pkg/constants/constants.go, v2.3.0).
 CONTAINER_TRAINER_PORT = 29500
@@ -60,8 +61,8 @@ def gpus_per_node(resources: dict) -> int:
 
 def cpus_per_node(resources: dict) -> int:
     """torch plugin getNumCPUPerNode: the CPU request, else the CPU limit, rounded up; 0 when neither."""
-    request = (resources.get("requests") or {}).get("cpu")
-    limit = (resources.get("limits") or {}).get("cpu")
+    request = dig(resources, "requests", "cpu")
+    limit = dig(resources, "limits", "cpu")
     if request is not None and quantity(request, "resources.requests.cpu") != 0:
         return _value(quantity(request, "resources.requests.cpu"))
     if limit is not None:

@@ -24,6 +24,7 @@ from typing import Any
 from . import api, kubeapi, progress
 from . import lock as lockmod
 from .errors import UserError
+from .jsontypes import dig
 
 # Deployment name -> (component, lock image). The chart's stable names (fullnameOverride).
 COMPONENTS = {
@@ -108,27 +109,16 @@ class Cluster:
     """List calls against the API server of a kubeconfig context (the kubernetes client)."""
 
     def __init__(self, kubeconfig: str | None = None, context: str | None = None) -> None:
-        try:  # the kubernetes client is slow to import: loaded only when a command talks to a cluster
-            from kubernetes import client, config
-            from kubernetes.config.config_exception import ConfigException
-        except ImportError:  # pragma: no cover - a dependency of the package
-            raise UserError("the kubernetes Python client is not installed", "pip install -e . in the venv") from None
-        try:
-            contexts, active = config.list_kube_config_contexts(config_file=kubeconfig)
-            chosen = context or (active or {}).get("name", "")
-            if context and context not in {c["name"] for c in contexts}:
-                raise UserError(f"kube context '{context}' is not in the kubeconfig",
-                                f"known: {', '.join(c['name'] for c in contexts) or 'none'}", exit_code=2)
-        except (ConfigException, OSError, TypeError) as err:
-            where = kubeconfig or "KUBECONFIG / ~/.kube/config"
-            raise UserError(f"no usable kube context in {where}: {str(err).splitlines()[0]}",
-                            "set KUBECONFIG or pass --kubeconfig/--context") from None
+        contexts, active = kubeapi.contexts(kubeconfig)
+        chosen = context or (active or {}).get("name", "")
+        if context and context not in {c["name"] for c in contexts}:
+            raise UserError(f"kube context '{context}' is not in the kubeconfig",
+                            f"known: {', '.join(c['name'] for c in contexts) or 'none'}", exit_code=2)
         self.api = kubeapi.client(kubeconfig, context)
         # a pod's log comes from its node's kubelet: a 500 there (the kubelet cannot be reached) is no overloaded
         # API server, and five retries of it cost 6 s per pod
         self.kubelet_api = kubeapi.client(kubeconfig, context, retry_statuses=KUBELET_RETRY_STATUSES)
         self.context = chosen
-        self._client = client
 
     def get(self, path: str, params: dict[str, Any] | None = None) -> dict[str, Any] | None:
         """GET path (JSON), None when the resource does not exist (404: CRD not installed)."""
@@ -139,8 +129,7 @@ class Cluster:
              from_kubelet: bool = False) -> bytes | None:
         """GET path: the body, None when the resource does not exist (404). FROM_KUBELET: the API server asks a
         node's kubelet (a pod's log), and a server error is not retried."""
-        from kubernetes.client.exceptions import ApiException  # slow to import: see __init__
-        from urllib3.exceptions import HTTPError
+        from urllib3.exceptions import HTTPError  # slow to import: only when a command talks to a cluster
 
         api = self.kubelet_api if from_kubelet else self.api
         try:
@@ -148,7 +137,7 @@ class Cluster:
                                     header_params={"Accept": accept},
                                     auth_settings=["BearerToken"], _preload_content=False,
                                     _request_timeout=30)
-        except ApiException as err:
+        except kubeapi.ApiException as err:
             if err.status == 404:
                 return None
             reason = (err.reason or "").strip()
@@ -170,7 +159,7 @@ class Cluster:
             if page is None:
                 return None
             items.extend(page.get("items") or [])
-            token = (page.get("metadata") or {}).get("continue")
+            token = dig(page, "metadata", "continue")
             if not token:
                 return items
             params = {**base, "continue": token}
@@ -192,7 +181,7 @@ def trainjob_state(tj: dict[str, Any]) -> str:
         return "Failed"
     if conditions.get("Complete") == "True":
         return "Complete"
-    if conditions.get("Suspended") == "True" or (tj.get("spec") or {}).get("suspend"):
+    if conditions.get("Suspended") == "True" or dig(tj, "spec", "suspend"):
         return "Suspended"
     if any((j.get("active") or 0) > 0 or (j.get("ready") or 0) > 0 for j in status.get("jobsStatus") or []):
         return "Running"
@@ -219,7 +208,7 @@ def why_blocked(pods: list[dict[str, Any]], now: datetime, unschedulable_after: 
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         st = pod.get("status") or {}
         for container in (st.get("initContainerStatuses") or []) + (st.get("containerStatuses") or []):
-            waiting = (container.get("state") or {}).get("waiting") or {}
+            waiting = dig(container, "state", "waiting") or {}
             if waiting.get("reason") in CANNOT_START:
                 message = " ".join(str(waiting.get("message") or "").split())[:200]
                 return f"{pod['metadata']['name']}: {waiting['reason']}" + (f": {message}" if message else "")
@@ -245,7 +234,7 @@ def collect(cluster: Cluster, namespace: str | None, platform_namespace: str = a
 
     deployments = cluster.list(f"/apis/apps/v1/namespaces/{platform_namespace}/deployments") or []
     leases = cluster.list(f"/apis/coordination.k8s.io/v1/namespaces/{platform_namespace}/leases") or []
-    holders = [(lease.get("spec") or {}).get("holderIdentity") or "" for lease in leases]
+    holders = [dig(lease, "spec", "holderIdentity") or "" for lease in leases]
     for deployment in deployments:
         name = deployment["metadata"]["name"]
         if name not in COMPONENTS:
@@ -276,7 +265,7 @@ def collect(cluster: Cluster, namespace: str | None, platform_namespace: str = a
         trainer = st.get("trainerStatus") or {}
         result.trainjobs.append(TrainJobRow(
             namespace=meta.get("namespace", ""), name=meta["name"], state=trainjob_state(tj),
-            runtime=(spec.get("runtimeRef") or {}).get("name", ""), age_s=_age(meta.get("creationTimestamp"), now),
+            runtime=dig(spec, "runtimeRef", "name", default=""), age_s=_age(meta.get("creationTimestamp"), now),
             progress=trainer.get("progressPercentage"), remaining_s=trainer.get("estimatedRemainingSeconds")))
     active = [t for t in result.trainjobs if t.state in ("Pending", "Running")]
     if active:  # pods of the JobSets (one per TrainJob, the same name): why an active one cannot start
@@ -326,7 +315,7 @@ def find_runs(cluster: Cluster, namespace: str | None, rows: list[TrainJobRow], 
     newest: dict[tuple[str, str], dict[str, Any]] = {}
     for pod in cluster.list(pods_path, selector=RANK0_SELECTOR) or []:
         meta = pod["metadata"]
-        key = (meta.get("namespace", ""), (meta.get("labels") or {}).get(JOBSET_NAME, ""))
+        key = (meta.get("namespace", ""), dig(meta, "labels", JOBSET_NAME, default=""))
         if key in wanted and meta.get("creationTimestamp", "") >= newest.get(key, {}).get(
                 "metadata", {}).get("creationTimestamp", ""):
             newest[key] = pod
@@ -424,12 +413,10 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 def _current_namespace(kubeconfig: str | None, context: str) -> str | None:
     """The namespace of the kube context (kubectl's default), or None (= all namespaces) if unset."""
-    from kubernetes import config  # slow to import: only when a command talks to a cluster
-
-    contexts, _ = config.list_kube_config_contexts(config_file=kubeconfig)
+    contexts, _ = kubeapi.contexts(kubeconfig)
     for entry in contexts:
         if entry["name"] == context:
-            return (entry.get("context") or {}).get("namespace")
+            return dig(entry, "context", "namespace")
     return None
 
 

@@ -29,6 +29,7 @@ from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 from . import api, cmdline, deps, helm, paths, proc, progress, tools, yamlio
 from . import lock as lockmod
 from .errors import UsageError, UserError, output_line
+from .kubectl import Kubectl
 from .render import overlay_dir, values_files
 
 RESERVED = ("defaults", "kueue")
@@ -233,9 +234,7 @@ class AccessRow:
 
 
 def _kubectl(kubeconfig: Path, *args: str, input_text: str | None = None) -> proc.CompletedProcess:
-    binary = tools.require("kubectl")
-    return proc.run([str(binary), "--kubeconfig", str(kubeconfig), *args], check=False, input=input_text,
-                    timeout=60)
+    return Kubectl(kubeconfig, binary=tools.require("kubectl")).kubectl(*args, input_text=input_text, check=False)
 
 
 def _can_i(kubeconfig: Path, as_args: list[str], verb: str, resource: str, namespace: str | None,

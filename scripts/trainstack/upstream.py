@@ -20,6 +20,7 @@ import yaml
 from . import chartpack, deps, helm, yamlio
 from . import lock as lockmod
 from .errors import UserError
+from .jsontypes import dig
 
 CHART = "kubeflow-trainer"
 EXAMPLES_DIR = "examples/yaml"
@@ -43,7 +44,7 @@ class Example:
 
     @property
     def name(self) -> str:
-        return str((self.doc.get("metadata") or {}).get("name", ""))
+        return str(dig(self.doc, "metadata", "name", default=""))
 
 
 def _source(lock: lockmod.Lock) -> lockmod.ModuleSource:

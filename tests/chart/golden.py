@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from trainstack import yamlio
+from trainstack.jsontypes import dig
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDER = Path(__file__).resolve().parent / "golden"
@@ -36,7 +37,7 @@ def ours(docs: list[dict]) -> list[dict]:
     """The objects trainstack itself renders, in a stable order."""
     key, value = PART_OF
     mine = [d for d in docs if d.get("kind") != "CustomResourceDefinition"
-            and (d.get("metadata", {}).get("labels") or {}).get(key) == value]
+            and dig(d.get("metadata", {}), "labels", key) == value]
 
     def order(doc: dict) -> tuple[str, str, str, str]:
         api = str(doc.get("apiVersion", ""))

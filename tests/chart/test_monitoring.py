@@ -22,6 +22,7 @@ from conftest import ROOT, by_kind, helm_template
 from support.cli import run_cli
 from support.monitoring_render import WITH_KUEUE, alerts, render, rule_groups, run_tool
 from trainstack import monitoring, tools, yamlio
+from trainstack.jsontypes import dig
 
 FORCED = ("--set", "monitoring.enabled=true", "--set", "monitoring.prometheusOperator=always")
 # The tracking server's ServiceMonitor and alerts (templates/tracking/; its policy: tests/chart/test_tracking.py).
@@ -325,7 +326,7 @@ def test_training_progress_stays_off_in_every_environment():
         docs = list(rendered(env))
         config = yamlio.load(by_kind(docs, "ConfigMap")["kubeflow-trainer-config"]["data"]
                                 ["controller_manager_config.yaml"])
-        assert not (config.get("featureGates") or {}).get("TrainJobStatus"), env
+        assert not dig(config, "featureGates", "TrainJobStatus"), env
         manager = by_kind(docs, "Deployment")["kubeflow-trainer-controller-manager"]
         args = [a for c in manager["spec"]["template"]["spec"]["containers"] for a in c.get("args") or []]
         assert not [a for a in args if "TrainJobStatus=true" in a], env

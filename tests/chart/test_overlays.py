@@ -14,6 +14,7 @@ from conftest import ROOT, by_kind, docs_of, helm_template
 from support.cli import assert_one_line_error, run_cli
 from support.gitops import ENVIRONMENTS, MIRROR, canonical, cluster_scoped, group_kind, plain_kustomize, rendered
 from trainstack import yamlio
+from trainstack.jsontypes import dig
 
 pytestmark = pytest.mark.slow
 
@@ -371,7 +372,7 @@ def test_base_component_protects_crds_and_certificates(env):
 @pytest.mark.parametrize("env", ENVIRONMENTS)
 def test_sync_waves_put_crds_first_and_runtimes_and_policies_after_the_controllers(env):
     def wave(doc: dict) -> int:
-        return int((doc["metadata"].get("annotations") or {}).get("argocd.argoproj.io/sync-wave", "0"))
+        return int(dig(doc["metadata"], "annotations", "argocd.argoproj.io/sync-wave", default="0"))
 
     waves: dict[str, set[int]] = {}
     for doc in rendered(env):

@@ -18,6 +18,7 @@ from conftest import ROOT, helm_template
 from support.cli import run_cli
 from support.runtimes import by_name, docs_of_kind, policy_params, rendered_runtimes
 from trainstack import paths, upstream, yamlio
+from trainstack.jsontypes import dig
 
 pytestmark = pytest.mark.slow
 
@@ -76,7 +77,7 @@ def essence(runtime: dict) -> dict:
     for job, pod in pods(runtime):
         jobs.append({
             "name": job["name"], "replicas": job.get("replicas", 1), "dependsOn": job.get("dependsOn"),
-            "step": ((job["template"].get("metadata") or {}).get("labels") or {}).get(ANCESTOR),
+            "step": dig(job["template"], "metadata", "labels", ANCESTOR),
             "serviceAccountName": pod.get("serviceAccountName"),
             "containers": [{"name": c["name"], "image": image_ref(c.get("image"))[0], "command": c.get("command"),
                             "args": c.get("args"), "readinessProbe": c.get("readinessProbe")}
@@ -118,12 +119,13 @@ def compare(name: str, mine: dict, up: dict) -> None:
                     assert env[var["name"]] == var, where
             mounts = {(m["name"], m["mountPath"]) for m in golden.get("volumeMounts", [])}
             assert {(m["name"], m["mountPath"]) for m in container.get("volumeMounts", [])} <= mounts, where
-            for resource, amount in ((container.get("resources") or {}).get("limits") or {}).items():
+            for resource, amount in (dig(container, "resources", "limits") or {}).items():
                 assert golden["resources"]["limits"][resource] == amount, (where, resource)
             # upstream's user and group hold, set on the container or the pod
             for key in ("runAsUser", "runAsGroup"):
                 if key in (container.get("securityContext") or {}):
-                    effective = (golden.get("securityContext") or {}).get(key, mine_pods[job["name"]]["securityContext"].get(key))
+                    effective = dig(golden, "securityContext", key,
+                                    default=mine_pods[job["name"]]["securityContext"].get(key))
                     assert effective == container["securityContext"][key], (where, key)
             if "fsGroup" in (pod.get("securityContext") or {}):
                 assert mine_pods[job["name"]]["securityContext"]["fsGroup"] == pod["securityContext"]["fsGroup"], where

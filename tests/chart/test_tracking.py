@@ -9,6 +9,7 @@ import pytest
 
 from conftest import ROOT, by_kind, docs_of, helm_template
 from support.cli import run_cli
+from trainstack.jsontypes import dig
 
 pytestmark = pytest.mark.slow
 
@@ -19,7 +20,7 @@ TEAMS = ("--set", "teams.team-a.quota.cpu=4", "--set", "teams.team-b.namespace=m
 
 
 def tracking_objects(docs: list[dict]) -> list[dict]:
-    return [d for d in docs if (d["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == "tracking"]
+    return [d for d in docs if dig(d["metadata"], "labels", "app.kubernetes.io/component") == "tracking"]
 
 
 def render(*args: str) -> list[dict]:

@@ -28,12 +28,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from trainstack import helm, migrate, paths, tools
+from trainstack import helm, migrate, paths
 from trainstack.cluster.local import BINARIES
 from trainstack.e2e import base as basemod
 from trainstack.e2e import clusterstate, upgrade
 from trainstack.e2e import suite as suitemod
 from trainstack.e2e.providers.local import SIMULATED_TAINT, LocalProvider
+from trainstack.jsontypes import dig
 
 from .conftest import fresh_run_dir, need_binaries
 
@@ -88,14 +89,15 @@ class Live:
             shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def helm(self, *args: str) -> subprocess.CompletedProcess:
-        return helm.run([*args, "--kubeconfig", str(self.kubeconfig)], lock=self.suite.lock)
+        cluster = helm.Release(self.kubeconfig, lock=self.suite.lock)
+        return cluster.run(cluster.line(*args))
 
     def install_upstream(self) -> None:
         """`helm install` of upstream's chart (the controllers started as host processes once helm created
         them); then what the runtime installer hook's container does."""
         sets = [a for s in UPSTREAM_SETS for a in ("--set", s)] + [a for s in UPSTREAM_JSON for a in ("--set-json", s)]
-        cmd = [str(tools.require("helm", self.suite.lock)), "install", RELEASE, str(upstream_archive()), "-n", NS,
-               "--create-namespace", *sets, "--wait", "--timeout", "300s", "--kubeconfig", str(self.kubeconfig)]
+        upstream = helm.Release(self.kubeconfig, name=RELEASE, namespace=NS, lock=self.suite.lock)
+        cmd = upstream.install(str(upstream_archive()), "--create-namespace", *sets, "--wait", "--timeout", "300s")
         log = self.run_dir / "helm-install-upstream.log"
         with log.open("w") as sink:
             proc = subprocess.Popen(cmd, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -285,9 +287,9 @@ def test_migration_keeps_crds_and_trainjobs_and_hands_over(live):
         kind, name = target.split("/")[0], target.rsplit("/", 1)[-1]
         meta = live.get(target)["metadata"]
         assert meta["uid"] == uid, f"{target} was re-created"
-        assert (meta.get("annotations") or {}).get(migrate.RELEASE_NAME) == "trainstack", target
-        assert (meta.get("annotations") or {}).get(migrate.RELEASE_NS) == NS, target
-        assert (meta.get("labels") or {}).get(migrate.MANAGED_BY) == "Helm", target
+        assert dig(meta, "annotations", migrate.RELEASE_NAME) == "trainstack", target
+        assert dig(meta, "annotations", migrate.RELEASE_NS) == NS, target
+        assert dig(meta, "labels", migrate.MANAGED_BY) == "Helm", target
         assert (kind, name) in manifest, target
     # Upstream's installed runtimes: adopted in place or removed, removed only after the golden ones existed.
     golden = {r["metadata"]["name"] for r in live.kube.kubectl_json(

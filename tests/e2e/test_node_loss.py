@@ -20,6 +20,7 @@ from trainstack import api
 from trainstack.cluster.controlplane import BINARIES
 from trainstack.e2e import teams_live as tl
 from trainstack.e2e.providers.local import REAL_NODE_TOOLS, LocalProvider
+from trainstack.jsontypes import dig
 from trainstack.quantity import parse as quantity
 
 pytestmark = pytest.mark.e2e
@@ -43,9 +44,9 @@ def _free_cpu(kube: Any, node: dict[str, Any]) -> Decimal:
                              f"spec.nodeName={name},status.phase!=Succeeded,status.phase!=Failed")["items"]
     used = Decimal(0)
     for pod in pods:
-        containers = sum((quantity(((c.get("resources") or {}).get("requests") or {}).get("cpu", "0"))
+        containers = sum((quantity(dig(c, "resources", "requests", "cpu", default="0"))
                           for c in pod["spec"]["containers"]), Decimal(0))
-        inits = [quantity(((c.get("resources") or {}).get("requests") or {}).get("cpu", "0"))
+        inits = [quantity(dig(c, "resources", "requests", "cpu", default="0"))
                  for c in pod["spec"].get("initContainers") or []]
         used += max([containers, *inits])
     return quantity(node["status"]["allocatable"]["cpu"]) - used

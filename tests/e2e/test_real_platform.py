@@ -34,6 +34,7 @@ from trainstack import helm, monitoring, tools, yamlio
 from trainstack.e2e import base as basemod
 from trainstack.e2e import suite as suitemod
 from trainstack.e2e import tracking as trackingmod
+from trainstack.jsontypes import dig
 
 pytestmark = pytest.mark.e2e
 REAL_NODE_GROUP = 2  # real nodes on clusters of its own, beside the first group (tests/e2e/conftest.py)
@@ -107,7 +108,7 @@ def test_the_training_step_submits_waits_and_outputs_the_trainjob(cluster, tmp_p
         # so both pods share the one node and train together rather than wait for a second node.
         nodes = json.loads(_kubectl(cluster, "get", "nodes", "-o", "json").stdout)["items"]
         real = {n["metadata"]["name"] for n in nodes
-                if (n["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") != "fake"}
+                if dig(n["metadata"], "annotations", "kwok.x-k8s.io/node") != "fake"}
         pods = json.loads(_kubectl(cluster, "get", "pods", "-n", cluster["namespace"], "-l",
                                    f"jobset.sigs.k8s.io/jobset-name={out['trainjob']}", "-o", "json").stdout)["items"]
         ran = [(p["spec"].get("nodeName"), p["status"].get("phase")) for p in pods]
@@ -242,12 +243,10 @@ def test_the_pipeline_trains_on_real_pods_and_evaluates_the_real_checkpoint(clus
 
 def _upgrade(platform, value: str) -> None:
     """`helm upgrade` of the platform's release with its values and VALUE (--set), waiting for it."""
-    cmd = platform.helm_cmd("upgrade", basemod.RELEASE, *platform.install_args, "-n", basemod.NAMESPACE,
-                            "--reuse-values", "--set", value, "--wait", "--timeout", "180s",
-                            # controllers own fields of chart objects (webhook certificates): docs/upgrading.md
-                            "--force-conflicts")
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, check=False,
-                            env={**os.environ, **helm.env(platform.lock)})
+    release = platform.release()
+    # --force-conflicts: controllers own fields of chart objects (webhook certificates), docs/upgrading.md
+    result = release.run(release.upgrade(*platform.install_args, "--reuse-values", "--set", value, "--wait",
+                                         "--timeout", "180s", "--force-conflicts"), check=False, timeout=240)
     assert result.returncode == 0, (f"{helm.first_error_line(result.stderr or result.stdout)}; "
                                     f"{json.dumps(_tracking_pods(platform))}")
 

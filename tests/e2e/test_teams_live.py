@@ -12,7 +12,6 @@ land on the tainted GPU pool.
 from __future__ import annotations
 
 import datetime
-import subprocess
 
 import pytest
 
@@ -236,10 +235,10 @@ def condition_time(obj, kind):
 def upgrade(suite, *args: str) -> None:
     """`helm upgrade` of the release with the module's values and ARGS."""
     # --force-conflicts: controllers own fields of chart objects (webhook certificates), docs/upgrading.md
-    cmd = suite.helm_cmd("upgrade", basemod.RELEASE, str(paths.chart_dir()), "-n", basemod.NAMESPACE,
-                         *smokemod.value_args("dev", extra=suite.extra_values), *args,
-                         "--wait", "--timeout", "180s", "--force-conflicts")
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=helm.env(suite.lock), check=False)
+    release = suite.release()
+    result = release.run(release.upgrade(str(paths.chart_dir()), *smokemod.value_args("dev", extra=suite.extra_values),
+                                         *args, "--wait", "--timeout", "180s", "--force-conflicts"),
+                         check=False, timeout=240)
     assert result.returncode == 0, helm.first_error_line(result.stderr or result.stdout)
 
 
@@ -253,9 +252,8 @@ def test_helm_upgrade_adopts_the_queues_the_first_install_created(teams_platform
     admitted = {w["metadata"]["name"] for w in kube.kubectl_json("get", "workloads.kueue.x-k8s.io", "-A")["items"]
                 if tl.conditions(w).get("Admitted") == "True"}
     upgrade(teams_platform)
-    manifest = subprocess.run(teams_platform.helm_cmd("get", "manifest", basemod.RELEASE, "-n", basemod.NAMESPACE),
-                              capture_output=True, text=True, timeout=60, env=helm.env(teams_platform.lock),
-                              check=True).stdout
+    release = teams_platform.release()
+    manifest = release.run(release.manifest(), timeout=60).stdout
     owned = {(d["kind"], d["metadata"]["name"]) for d in yamlio.load_all(manifest) if d}
     assert {("ClusterQueue", "team-a"), ("ClusterQueue", "team-b"), ("LocalQueue", "team-a"),
             ("ResourceFlavor", "trainstack-nvidia")} <= owned

@@ -20,6 +20,7 @@ import yaml
 from trainstack import api, monitoring
 from trainstack.benchmarks.scale_meter import samples
 from trainstack.cluster.kwok import FAIL_LABEL, GPU_RESOURCE, NodePool
+from trainstack.jsontypes import dig
 
 GANG_LABEL = "trainstack.io/gang-test"
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -114,7 +115,7 @@ def node_pod(runtime: dict[str, Any]) -> dict[str, Any]:
 
 
 def gpu_limit(pod: dict[str, Any]) -> int:
-    return max((int((c.get("resources") or {}).get("limits", {}).get(GPU_RESOURCE, 0)) for c in pod["containers"]),
+    return max((int(dig(c, "resources", "limits", default={}).get(GPU_RESOURCE, 0)) for c in pod["containers"]),
                default=0)
 
 

@@ -22,10 +22,9 @@ def test_the_gated_cluster_serves_podgroups_and_the_chart_takes_native_there(pla
     resources = platform.kube.kubectl("api-resources", f"--api-group={api.GANG_GROUP}", "-o", "name").stdout.split()
     assert {"podgroups.scheduling.k8s.io", "workloads.scheduling.k8s.io"} <= set(resources), resources
     kubeconfig = platform.provider.kubeconfig
-    native = dry_run(kubeconfig, "upgrade", "--reuse-values", "--set", "scheduling.gang=native", api.RELEASE)
+    native = dry_run(kubeconfig, "upgrade", "--reuse-values", "--set", "scheduling.gang=native")
     assert native.returncode == 0, native.stderr
-    volcano = dry_run(kubeconfig, "upgrade", "--reuse-values", "--set", "scheduling.gang=volcano",
-                      api.RELEASE)
+    volcano = dry_run(kubeconfig, "upgrade", "--reuse-values", "--set", "scheduling.gang=volcano")
     assert volcano.returncode != 0
     assert len(error_lines(volcano)) == 1 and "scheduling.gang=volcano" in error_lines(volcano)[0], volcano.stderr
 
@@ -46,11 +45,11 @@ def ungated(lock) -> Iterator[LocalCluster]:
 def test_a_cluster_without_the_gates_gets_the_charts_one_line_refusal(ungated):
     resources = ungated.kubectl("api-resources", f"--api-group={api.GANG_GROUP}", "-o", "name").stdout.split()
     assert "podgroups.scheduling.k8s.io" not in resources, resources
-    refused = dry_run(ungated.kubeconfig, "install", "--set", "scheduling.gang=native", api.RELEASE)
+    refused = dry_run(ungated.kubeconfig, "install", "--set", "scheduling.gang=native")
     assert refused.returncode != 0
     errors = error_lines(refused)
     assert len(errors) == 1, refused.stderr
     assert f"scheduling.gang=native: the cluster does not serve {NATIVE_API}" in errors[0], errors[0]
     print(errors[0])
-    plain = dry_run(ungated.kubeconfig, "install", "--set", "scheduling.gang=none", api.RELEASE)
+    plain = dry_run(ungated.kubeconfig, "install", "--set", "scheduling.gang=none")
     assert not any("scheduling.gang" in ln for ln in error_lines(plain)), plain.stderr

@@ -8,6 +8,7 @@ import pytest
 
 from trainstack import kubeapi
 from trainstack.errors import UserError
+from trainstack.jsontypes import dig
 
 
 @pytest.fixture
@@ -76,7 +77,7 @@ def test_wait_for_returns_what_done_says_or_none_at_the_timeout(kube, namespace)
     from kubernetes import client as k8s
 
     listing = k8s.CoreV1Api(api).list_namespaced_config_map
-    got = kubeapi.wait_for(api, listing, lambda found: (found.get("ready") or {}).get("data", {}).get("state"), 20,
+    got = kubeapi.wait_for(api, listing, lambda found: dig(found, "ready", "data", default={}).get("state"), 20,
                            namespace=ns, field_selector="metadata.name=ready")
     assert got == "done"
     start = time.monotonic()

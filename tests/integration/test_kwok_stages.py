@@ -10,6 +10,7 @@ from datetime import datetime
 import yaml
 
 from trainstack.cluster.kwok import RUN_TIME_ANNOTATION
+from trainstack.jsontypes import dig
 
 RUN_SECONDS = 8
 
@@ -35,7 +36,7 @@ def test_a_job_pod_runs_for_its_annotated_time_and_one_without_completes_at_once
     done: dict[str, dict] = {}
     while len(done) < 2 and time.monotonic() < deadline:
         for job in kube.kubectl_json("get", "jobs", "-n", namespace)["items"]:
-            if (job.get("status") or {}).get("completionTime"):
+            if dig(job, "status", "completionTime"):
                 done[job["metadata"]["name"]] = job["status"]
         time.sleep(1)
     assert set(done) == {"timed", "plain"}, done

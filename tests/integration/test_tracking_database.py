@@ -14,7 +14,7 @@ from trainstack import api
 
 def upgrade_with(platform, secret: str):
     return dry_run(platform.provider.kubeconfig, "upgrade", "--reuse-values", "--set", "tracking.enabled=true",
-                   "--set", f"tracking.existingDatabaseSecret={secret}", api.RELEASE)
+                   "--set", f"tracking.existingDatabaseSecret={secret}")
 
 
 def test_a_missing_database_secret_or_key_is_one_line_and_a_whole_one_renders(platform):

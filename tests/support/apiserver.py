@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from trainstack.cluster.local import free_port
+from trainstack.jsontypes import dig
 
 TOKEN = "trainstack-validate-admin-token"
 
@@ -129,7 +130,7 @@ class ApiServer:
             items = json.loads(self.kubectl("get", "crd", "-o", "json").stdout)["items"]
             pending = [i["metadata"]["name"] for i in items
                        if not any(c.get("type") == "Established" and c.get("status") == "True"
-                                  for c in (i.get("status") or {}).get("conditions") or [])]
+                                  for c in dig(i, "status", "conditions") or [])]
             if not pending:
                 return
             if time.monotonic() > deadline:

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from trainstack import api, helm, paths, proc, tools
+from trainstack import helm
 
 
 def error_lines(result) -> list[str]:
     return [ln for ln in (result.stderr + result.stdout).splitlines() if ln.startswith("Error:")]
 
 
-def dry_run(kubeconfig, *args: str, lock=None):
-    """`helm ARGS --dry-run=server` of the working tree's chart against the cluster of KUBECONFIG."""
-    cmd = [str(tools.require("helm", lock)), *args, str(paths.chart_dir()), "-n", api.NAMESPACE,
-           "--dry-run=server", "--kubeconfig", str(kubeconfig)]
-    return proc.run(cmd, check=False, timeout=180, env=helm.env(lock))
+def dry_run(kubeconfig, verb: str, *args: str, lock=None):
+    """`helm VERB` (install, upgrade) of the release with the working tree's chart and ARGS, as a server-side
+    dry run against the cluster of KUBECONFIG."""
+    release = helm.Release(kubeconfig, lock=lock)
+    return release.run(release.dry_run(verb, None, *args), check=False, timeout=180)

@@ -80,3 +80,21 @@ def test_mypy_names_the_file_and_line_of_a_type_error(copy):
     problems = lint.mypy_check(lock, package_root=copy, files=[module]).problems
     assert len(problems) == 1 and problems[0].startswith(f"trainstack/quantity.py:{line}: error: "), problems
     assert "[assignment]" in problems[0]
+
+
+def test_a_direct_import_of_the_kubernetes_client_outside_kubeapi_fails_the_contract(copy):
+    """The kubernetes client is made, retried and watched in kubeapi only ([[only]] in layers.toml):
+    an import of it anywhere else, even inside a function, is named with its file and line."""
+    before = _checks(copy)["layers"]
+    assert not [p for p in before if "kubernetes" in p], before
+    line = _append(copy / "trainstack" / "status.py", "from kubernetes import client  # noqa")
+    nested = _append(copy / "trainstack" / "e2e" / "suite.py",
+                     "def _f():\n    from kubernetes.client.exceptions import ApiException  # noqa") + 1
+    after = _checks(copy)["layers"]
+    assert [p for p in after if p not in before] == [
+        (f"trainstack/e2e/suite.py:{nested}: trainstack.e2e.suite -> kubernetes "
+         "(only trainstack.kubeapi imports kubernetes)"),
+        f"trainstack/status.py:{line}: trainstack.status -> kubernetes (only trainstack.kubeapi imports kubernetes)",
+    ], after
+    _append(copy / "trainstack" / "kubeapi.py", "from kubernetes import watch  # noqa")  # its own: allowed
+    assert _checks(copy)["layers"] == after

@@ -37,6 +37,7 @@ from typing import Any
 from .. import lock as lockmod
 from .. import paths, proc, progress, release, tools
 from ..errors import UsageError, output_line
+from ..jsontypes import dig
 
 PARTS = ("build", "validate", "e2e", "upgrade", "kube-upgrade", "real")
 ENVIRONMENTS = ("dev", "staging", "prod", "cpu-only")
@@ -119,7 +120,7 @@ def run_part(part: str, version: str, previous: str, logs: Path, following: str 
 def served_release(summary: dict[str, Any], version: str) -> dict[str, Any]:
     """What API server (and real nodes' kubelets) the e2e ran on, from its cluster step: a run on another release
     than VERSION fails the part, so a matrix row never reports the pinned release's result as another's."""
-    cluster = [s["data"] for s in summary.get("steps", []) if (s.get("data") or {}).get("serverVersion")]
+    cluster = [s["data"] for s in summary.get("steps", []) if dig(s, "data", "serverVersion")]
     if not cluster:
         return {"passed": False, "why": "the e2e summary names no API server version (its cluster never came up)"}
     served, kubelets = cluster[0]["serverVersion"], cluster[0].get("kubeletVersions") or []

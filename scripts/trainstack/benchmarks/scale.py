@@ -43,6 +43,7 @@ from ..cluster.kwok import RUN_TIME_ANNOTATION
 from ..e2e import suite as suitemod
 from ..e2e.providers.local import LocalProvider
 from ..errors import UserError
+from ..jsontypes import dig
 from .scale_gang import compare
 from .scale_report import plot, plot_gang, table
 from .scale_run import GOAL_RATIO, THREADS, Bench
@@ -72,8 +73,8 @@ def tuned_values(path: Path, tuned: str) -> Path | None:
     file: what `--tuned` adds to the run so the rest of the environment stays as benchmarked."""
     source = tuned_source(tuned)
     data = rendermod.env_values(tuned) if source.is_dir() else yamlio.load(source.read_text())
-    trainer = ((data or {}).get("kubeflow-trainer") or {}).get("manager", {}).get("config") or {}
-    jobset = ((data or {}).get("jobset") or {}).get("controller", {}).get("clientConnection")
+    trainer = dig(data, "kubeflow-trainer", "manager", default={}).get("config") or {}
+    jobset = dig(data, "jobset", "controller", default={}).get("clientConnection")
     values: dict[str, Any] = {}
     picked = {k: trainer[k] for k in ("clientConnection", "controller") if k in trainer}
     if picked:

@@ -17,6 +17,7 @@ from ..cluster.local import GPU_RESOURCE
 from ..e2e import smokejobs as smokemod
 from ..e2e import suite as suitemod
 from ..errors import UserError
+from ..jsontypes import dig
 from .scale_meter import Meter, log_errors, percentiles
 from .scale_watch import Tracker, Watch
 from .scale_workloads import (
@@ -97,15 +98,13 @@ class Bench:
 
     # -- API calls --------------------------------------------------------------------------
     def _create(self, path: str, body: dict[str, Any], stats: CreateStats) -> None:
-        from kubernetes.client.exceptions import ApiException  # lazy, as kubeapi imports the client
-
         for attempt in range(12):
             try:
                 self.api.call_api(path, "POST", body=body, auth_settings=["BearerToken"],
                                   header_params={"Content-Type": "application/json", "Accept": "application/json"},
                                   _preload_content=False, _return_http_data_only=True, _request_timeout=(10, 60))
                 return
-            except ApiException as err:
+            except kubeapi.ApiException as err:
                 if err.status == 409:  # a retry after a timeout that had in fact created it
                     return
                 if err.status not in (429, 500, 502, 503, 504) or attempt == 11:
@@ -284,7 +283,7 @@ class Bench:
             cfg = ctl.config
             out[ctl.binary_name] = {
                 "clientConnection": cfg.get("clientConnection") or "binary default",
-                **({"groupKindConcurrency": (cfg.get("controller") or {}).get("groupKindConcurrency")}
+                **({"groupKindConcurrency": dig(cfg, "controller", "groupKindConcurrency")}
                    if "trainer" in ctl.binary_name else {}),
             }
         return out

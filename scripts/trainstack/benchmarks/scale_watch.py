@@ -9,6 +9,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import kubeapi
+from ..jsontypes import dig
 from .scale_workloads import SCALE_LABEL, expected_pods
 
 JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
@@ -59,9 +61,9 @@ class Tracker:
         name = obj["metadata"]["name"]
         with self.lock:
             rec.pod_added.setdefault(name, now)
-            if (obj.get("spec") or {}).get("nodeName"):
+            if dig(obj, "spec", "nodeName"):
                 rec.pod_bound.setdefault(name, now)
-            if (obj.get("status") or {}).get("phase") in ("Running", "Succeeded", "Failed"):
+            if dig(obj, "status", "phase") in ("Running", "Succeeded", "Failed"):
                 rec.pod_running.setdefault(name, now)
 
     def jobset(self, obj: dict[str, Any], now: float, owns_completion: bool) -> None:
@@ -74,7 +76,7 @@ class Tracker:
                 rec.expected = expected_pods(obj)
                 self.captured[obj["metadata"]["name"]] = obj
             if owns_completion:
-                conds = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+                conds = {c["type"]: c["status"] for c in dig(obj, "status", "conditions") or []}
                 if conds.get("Completed") == "True":
                     self._finish(rec, now)
                 elif conds.get("Failed") == "True":
@@ -84,7 +86,7 @@ class Tracker:
         rec = self.records.get(obj["metadata"]["name"])
         if rec is None:
             return
-        conds = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+        conds = {c["type"]: c["status"] for c in dig(obj, "status", "conditions") or []}
         with self.lock:
             if conds.get("Complete") == "True":
                 self._finish(rec, now)
@@ -92,10 +94,10 @@ class Tracker:
                 self._finish(rec, now, failed=True)
 
     def job(self, obj: dict[str, Any], now: float) -> None:
-        rec = self.records.get((obj["metadata"].get("labels") or {}).get(SCALE_LABEL, ""))
+        rec = self.records.get(dig(obj["metadata"], "labels", SCALE_LABEL, default=""))
         if rec is None:
             return
-        conds = {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+        conds = {c["type"]: c["status"] for c in dig(obj, "status", "conditions") or []}
         with self.lock:
             if conds.get("Failed") == "True":
                 self._finish(rec, now, failed=True)
@@ -129,8 +131,6 @@ class Watch(threading.Thread):
         return body["metadata"]["resourceVersion"]
 
     def run(self) -> None:
-        from kubernetes.watch.watch import iter_resp_lines  # lazy, as kubeapi imports the client
-
         try:
             rv = self._list()
         except Exception as err:  # noqa: BLE001 - reported by the caller
@@ -142,14 +142,14 @@ class Watch(threading.Thread):
             try:
                 resp = self._get([("watch", "true"), ("resourceVersion", rv), ("allowWatchBookmarks", "true"),
                                   ("timeoutSeconds", "20")])
-                for line in iter_resp_lines(resp):
+                for line in kubeapi.stream_lines(resp):
                     event = json.loads(line)
                     obj = event.get("object") or {}
                     if event.get("type") == "ERROR":
                         if obj.get("code") == 410:
                             rv = self._list()
                         break
-                    rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                    rv = dig(obj, "metadata", "resourceVersion") or rv
                     if event.get("type") in ("ADDED", "MODIFIED"):
                         self.handler(obj, time.monotonic())
                         self.tracker.events += 1

@@ -30,6 +30,7 @@ import yaml
 from .. import lock as lockmod
 from .. import proc, progress, tools
 from ..errors import UserError
+from ..jsontypes import dig
 from ..validate import builtin, crds, schemas
 from .validate_corpus import BREAKS, DOCS_PER_FILE, DOCUMENTS, MAKERS, generate
 
@@ -120,7 +121,7 @@ def export_kubectl_validate(lock, catalog, keys: list[str], folder: Path) -> tup
     written = 0
     for _origin, crd in crds.pinned_crds(lock):
         spec = crd.get("spec") or {}
-        if (spec.get("group"), (spec.get("names") or {}).get("kind")) in wanted:
+        if (spec.get("group"), dig(spec, "names", "kind")) in wanted:
             written += 1
             (crd_dir / f"{written:03d}-{spec['names']['kind'].lower()}.yaml").write_text(
                 yaml.dump(crd, Dumper=yaml.CSafeDumper, sort_keys=False))

@@ -17,6 +17,7 @@ from typing import Any
 from .. import chartpack, paths, tools, yamlio
 from .. import lock as lockmod
 from ..errors import UserError
+from ..jsontypes import dig
 
 # Label that makes KWOK fail a Job pod (upstream's chaos stage); pod-complete is narrowed to skip it.
 FAIL_LABEL = "pod-container-running-failed.stage.kwok.x-k8s.io"
@@ -147,4 +148,4 @@ def ready_nodes(nodes: dict[str, dict[str, Any]]) -> set[str]:
     """The names of the NODES (by name) whose Ready condition is True."""
     return {name for name, node in nodes.items()
             if any(c.get("type") == "Ready" and c.get("status") == "True"
-                   for c in (node.get("status") or {}).get("conditions") or [])}
+                   for c in dig(node, "status", "conditions") or [])}

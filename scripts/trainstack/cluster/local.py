@@ -33,6 +33,7 @@ import yaml
 from .. import images, kubeapi, paths, proc, progress, tools, yamlio
 from .. import lock as lockmod
 from ..errors import UserError, output_line
+from ..kubectl import Kubectl
 from . import addons, imagestore, netpol
 from . import node as nodemod
 from . import sandbox as sandboxmod
@@ -390,32 +391,24 @@ class LocalCluster:
         self.stop()
 
     # -- API access -------------------------------------------------------------------------
+    def kubectl_client(self) -> Kubectl:
+        """The pinned kubectl (the cluster's own where it placed one) as cluster admin, in kwokctl's environment."""
+        binary = self.binaries.get("kubectl") or tools.require("kubectl", self.lock)
+        return Kubectl(self.kubeconfig, lock=self.lock, binary=binary, cache_dir=self.workdir / "kube-cache",
+                       env=self._env())
+
     def kubectl(
         self, *args: str, input_text: str | None = None, check: bool = True, timeout: float = 60
     ) -> proc.CompletedProcess:
         """Run the pinned kubectl as cluster admin; a failure (with check) is a UserError with kubectl's message."""
-        kubectl = self.binaries.get("kubectl") or tools.require("kubectl", self.lock)
-        cmd = [
-            str(kubectl),
-            "--kubeconfig",
-            str(self.kubeconfig),
-            "--cache-dir",
-            str(self.workdir / "kube-cache"),
-            *args,
-        ]
-        result = proc.run(cmd, check=False, input=input_text, timeout=timeout, env=self._env())
-        if check and result.returncode != 0:
-            raise UserError(f"kubectl {' '.join(args[:3])} failed: {output_line(result.stderr or result.stdout, markers=())}")
-        return result
+        return self.kubectl_client().kubectl(*args, input_text=input_text, check=check, timeout=timeout)
 
     def kubectl_json(self, *args: str) -> dict[str, Any]:
-        return json.loads(self.kubectl(*args, "-o", "json").stdout)
+        return self.kubectl_client().kubectl_json(*args)
 
     def apply(self, objects: list[dict[str, Any]], server_side: bool = False) -> None:
-        text = yaml.safe_dump_all(objects, sort_keys=False)
         # the cluster is ours: trainstack's apply wins over an earlier test's or tool's field manager
-        extra = ["--server-side", "--field-manager=trainstack", "--force-conflicts"] if server_side else []
-        self.kubectl("apply", *extra, "-f", "-", input_text=text)
+        self.kubectl_client().apply(objects, server_side=server_side, force_conflicts=True)
 
     def wait_api(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import api, render
+from ..jsontypes import dig
 
 V1_GROUP = "kubeflow.org"
 TRAINER_API = api.TRAINER_API
@@ -172,20 +173,19 @@ def runtimes_from_objects(objects: list[dict[str, Any]]) -> list[Runtime]:
         if labels.get(PART_OF[0]) != PART_OF[1] or labels.get(ALIAS_LABEL):
             continue  # not golden, or another name for a runtime already listed
         policy = {k: v for k, v in (spec.get("mlPolicy") or {}).items() if k != "numNodes"}
-        jobs = ((spec.get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
-        trainer = [j for j in jobs if ((j.get("template") or {}).get("metadata") or {}).get("labels", {}).get(ANCESTOR)
+        jobs = dig(spec, "template", "spec", "replicatedJobs") or []
+        trainer = [j for j in jobs if dig(j, "template", "metadata", "labels", default={}).get(ANCESTOR)
                    == "trainer"]
         if not policy or not trainer:
             continue
-        containers = (((trainer[0]["template"].get("spec") or {}).get("template") or {}).get("spec") or {}).get(
-            "containers") or [{}]
+        containers = dig(trainer[0]["template"], "spec", "template", "spec", "containers") or [{}]
         framework = next(iter(policy))
         found.append(Runtime(
             name=meta["name"], kind=doc["kind"], framework=framework,
             accelerator=labels.get(ACCELERATOR_LABEL) or annotations.get(ACCELERATOR_LABEL, "cpu"),
             trainer_job=trainer[0]["name"], trainer_container=containers[0].get("name", "node"),
             needs="initializer" if len(jobs) > (2 if framework == "mpi" else 1) else "",
-            launcher_is_node=bool((policy.get("mpi") or {}).get("runLauncherAsNode")) if framework == "mpi" else False,
+            launcher_is_node=bool(dig(policy, "mpi", "runLauncherAsNode")) if framework == "mpi" else False,
         ))
     return found
 
@@ -205,7 +205,7 @@ def choose_runtime(runtimes: list[Runtime], framework: str, accelerator: str) ->
 
 
 def _pod_spec(replica: dict[str, Any]) -> dict[str, Any]:
-    return ((replica.get("template") or {}).get("spec") or {}) if isinstance(replica, dict) else {}
+    return (dig(replica, "template", "spec") or {}) if isinstance(replica, dict) else {}
 
 
 def _training_container(spec: dict[str, Any], kind: Kind) -> tuple[int, dict[str, Any]]:
@@ -367,9 +367,9 @@ def convert(doc: dict[str, Any], source: str, runtimes: list[Runtime] | Callable
     cpatch = {k: container[k] for k in CONTAINER_PATCH_FIELDS if k in container}
     if cpatch:
         pod_patch["containers"] = [{"name": chosen.trainer_container, **cpatch}]
-    pod_meta = {k: v for k, v in ((base.get("template") or {}).get("metadata") or {}).items()
+    pod_meta = {k: v for k, v in (dig(base, "template", "metadata") or {}).items()
                 if k in ("labels", "annotations") and v}
-    for key in sorted(set((base.get("template") or {}).get("metadata") or {}) - {"labels", "annotations"}):
+    for key in sorted(set(dig(base, "template", "metadata") or {}) - {"labels", "annotations"}):
         find.append(Finding(f"spec.{kind.replica_key}.{base_role}.template.metadata.{key}",
                             "runtimePatches carry only labels and annotations"))
     for key in sorted(set(base) - {"replicas", "template"}):

@@ -9,6 +9,7 @@ from typing import Any
 
 from .. import api
 from ..errors import UserError, output_line
+from ..jsontypes import dig
 
 # The suite's old module-level names, kept because the e2e modules and tests read them from here.
 RELEASE = api.RELEASE
@@ -56,7 +57,7 @@ def terminal_state(trainjob: dict[str, Any] | None) -> tuple[str, str]:
     """('Complete'|'Failed'|'', message) from a TrainJob's conditions."""
     if not trainjob:
         return "", ""
-    for cond in (trainjob.get("status") or {}).get("conditions") or []:
+    for cond in dig(trainjob, "status", "conditions") or []:
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
             return cond["type"], f"{cond.get('reason', '')}: {cond.get('message', '')}".strip(": ")
     return "", ""
@@ -89,9 +90,9 @@ def unready_pods(pods: list[dict[str, Any]]) -> list[str]:
     for pod in pods:
         status = pod.get("status") or {}
         conditions = {c.get("type"): c for c in status.get("conditions") or []}
-        if (conditions.get("Ready") or {}).get("status") == "True" or status.get("phase") == "Succeeded":
+        if dig(conditions, "Ready", "status") == "True" or status.get("phase") == "Succeeded":
             continue
-        name = (pod.get("metadata") or {}).get("name", "?")
+        name = dig(pod, "metadata", "name", default="?")
         scheduled = conditions.get("PodScheduled") or {}
         if scheduled.get("status") == "False":
             out.append(f"{name}: not scheduled: {scheduled.get('message') or scheduled.get('reason') or 'pending'}")
@@ -100,7 +101,7 @@ def unready_pods(pods: list[dict[str, Any]]) -> list[str]:
         for container in status.get("containerStatuses") or []:
             state = container.get("state") or {}
             restarts = f", {container.get('restartCount')} restarts" if container.get("restartCount") else ""
-            last = ((container.get("lastState") or {}).get("terminated") or {})
+            last = (dig(container, "lastState", "terminated") or {})
             if restarts and last:  # why it restarted: OOMKilled, Error and its exit code
                 restarts += f" (last: {last.get('reason', '')} exit {last.get('exitCode')})"
             if "waiting" in state:

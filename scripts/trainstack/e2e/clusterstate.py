@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .. import kubeapi
+from ..jsontypes import dig
 
 TERMINAL = ("Complete", "Failed")
 
@@ -24,7 +25,7 @@ class Snapshot:
 
 
 def terminal(obj: dict[str, Any]) -> tuple[str, str]:
-    for cond in (obj.get("status") or {}).get("conditions") or []:
+    for cond in dig(obj, "status", "conditions") or []:
         if cond.get("type") in TERMINAL and cond.get("status") == "True":
             return cond["type"], str(cond.get("lastTransitionTime", ""))
     return "", ""
@@ -91,16 +92,11 @@ def rejection(kube: Any, trainjob: dict[str, Any]) -> str:
     """Create TRAINJOB as a server-side dry run (webhooks and policies; nothing stored) through KUBE's client
     connection: '' when admitted, else the API server's one-line reason (or why it did not answer). A kubectl
     process a try cost about 0.1 CPU-s, and the probes below make hundreds in an upgrade."""
-    from kubernetes import client as k8s  # heavy: see kubeapi
-    from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
-    group, version = trainjob["apiVersion"].split("/")
     try:
-        k8s.CustomObjectsApi(kubeapi.for_kube(kube)).create_namespaced_custom_object(
-            group, version, trainjob["metadata"]["namespace"], "trainjobs", trainjob, dry_run="All",
-            _request_timeout=30)
-    except ApiException as err:
+        kubeapi.create(kubeapi.for_kube(kube), trainjob, "trainjobs", dry_run=True, timeout=30)
+    except kubeapi.ApiException as err:
         try:
             said = str(json.loads(err.body or "{}").get("message") or err.reason)
         except ValueError:

@@ -33,6 +33,7 @@ import yaml
 
 from .. import kubeapi, progress
 from ..errors import UserError
+from ..jsontypes import dig
 from .base import NAMESPACE, SMOKE_NS
 from .clusterstate import losses, rejection, snapshot, terminal
 from .jobpods import ended_after
@@ -237,7 +238,7 @@ def real_node_fault(suite: Any, component: str, seconds: int = 20, jobs: int = 1
     kube = suite.kube
     real = {n.name: n for n in suite.provider.cluster.nodes}
     runtime = next(r for r in golden_runtimes(suite.rendered) if suite.provider.is_real(
-        SmokeJob("x", r)) and "torch" in ((r.get("spec") or {}).get("mlPolicy") or {}))
+        SmokeJob("x", r)) and "torch" in (dig(r, "spec", "mlPolicy") or {}))
     kube.kubectl("create", "namespace", SMOKE_NS, check=False)
     names = [f"{component}-restart-{i}" for i in range(jobs)]
     for name in names:
@@ -249,7 +250,7 @@ def real_node_fault(suite: Any, component: str, seconds: int = 20, jobs: int = 1
     api = suite.api()
 
     def on_the_node(found: dict[str, dict[str, Any]]) -> list[dict[str, Any]] | None:
-        running = [p for p in found.values() if (p.get("status") or {}).get("phase") == "Running"
+        running = [p for p in found.values() if dig(p, "status", "phase") == "Running"
                    and p["spec"].get("nodeName") in real]
         return running if len(running) >= jobs else None
 
@@ -267,7 +268,7 @@ def real_node_fault(suite: Any, component: str, seconds: int = 20, jobs: int = 1
     states = suite.wait_trainjobs({n: "Complete" for n in names}, timeout=suite.provider.job_timeout)
     recovered = time.monotonic() - start
     pods = kubeapi.items(api, kubeapi.pods(api), namespace=SMOKE_NS, label_selector=selector)
-    restarts = sum(c.get("restartCount", 0) for p in pods for c in (p.get("status") or {}).get("containerStatuses") or [])
+    restarts = sum(c.get("restartCount", 0) for p in pods for c in dig(p, "status", "containerStatuses") or [])
     same = uids <= {p["metadata"]["uid"] for p in pods}
     outlived = ended_after(pods, back)
     lost = sum(1 for n in names if n not in states) + (0 if same else 1)

@@ -58,6 +58,7 @@ import yaml
 from .. import api, helm, images, kubeapi, paths, proc, yamlio
 from .. import generate as generatemod
 from .. import render as rendermod
+from ..jsontypes import dig
 from . import smokejobs as smokemod
 from .argocd import ARGOCD_NS, RECONCILE_S, ArgoCD
 from .base import NAMESPACE, SMOKE_NS, StepFn, SuiteFailure
@@ -162,7 +163,7 @@ class GitOpsSuite(GitOpsHarness):
 
     def sync_waves(self) -> str:
         app = self.application()
-        results = (((app.get("status") or {}).get("operationState") or {}).get("syncResult") or {}).get("resources") or []
+        results = dig(app, "status", "operationState", "syncResult", "resources") or []
         rendered = {(o["kind"], o["metadata"]["name"]): o for o in self.live_objects(results)}
         order = [(wave(rendered[(r["kind"], r["name"])]), r["kind"], r["name"]) for r in results
                  if (r["kind"], r["name"]) in rendered]
@@ -215,7 +216,7 @@ class GitOpsSuite(GitOpsHarness):
         seen: list[str] = []
         app: dict[str, Any] = {}
         for app in self.watch_app(self.app, 6 * RECONCILE_S + 60):
-            at = (app.get("status") or {}).get("reconciledAt", "")
+            at = dig(app, "status", "reconciledAt", default="")
             if not seen:
                 seen.append(at)
             elif at and at != seen[-1]:
@@ -232,7 +233,7 @@ class GitOpsSuite(GitOpsHarness):
         bundles = 0
         for kind in ("mutatingwebhookconfigurations", "validatingwebhookconfigurations"):
             for item in self.suite.read(kind):
-                bundles += sum(1 for w in item.get("webhooks") or [] if (w.get("clientConfig") or {}).get("caBundle"))
+                bundles += sum(1 for w in item.get("webhooks") or [] if dig(w, "clientConfig", "caBundle"))
         ops = app["status"].get("operationState", {}).get("operation", {}).get("sync", {}).get("revision", "")
         return (f"Synced at reconciles {', '.join(seen)}; {bundles} webhook caBundles written by the controllers, "
                 f"ignored; last sync of {ops[:12] or 'the same revision'}")
@@ -282,9 +283,9 @@ class GitOpsSuite(GitOpsHarness):
         seen: dict[str, list[str]] = {"gitops-ok": [], "gitops-fails": []}
         current: dict[str, Any] = {}
         for current in self.watch_app(JOBS_APP, max(240, s.provider.job_timeout)):
-            for res in (current.get("status") or {}).get("resources") or []:
+            for res in dig(current, "status", "resources") or []:
                 if res.get("kind") == "TrainJob" and res["name"] in seen:
-                    state = (res.get("health") or {}).get("status", "")
+                    state = dig(res, "health", "status", default="")
                     if state and (not seen[res["name"]] or seen[res["name"]][-1] != state):
                         seen[res["name"]].append(state)
             if seen["gitops-ok"][-1:] == ["Healthy"] and seen["gitops-fails"][-1:] == ["Degraded"]:
@@ -295,7 +296,7 @@ class GitOpsSuite(GitOpsHarness):
         if "Progressing" not in seen["gitops-ok"]:
             raise SuiteFailure(f"gitops-ok was never Progressing in Argo CD: {seen['gitops-ok']}")
         self.trainjobs = ["gitops-ok", "gitops-fails"]
-        app_health = (current["status"].get("health") or {}).get("status")
+        app_health = dig(current["status"], "health", "status")
         # The commit touched none of the platform's manifest-generate-paths: its Application moves to
         # the new revision on Argo CD's cached manifests, without rendering the platform again.
         self.wait_app(self.app, lambda a: synced(a) and a["status"]["sync"].get("revision") == commit, 60,
@@ -313,7 +314,7 @@ class GitOpsSuite(GitOpsHarness):
         found = [c for c in self.suite.read("configmaps", NAMESPACE) if c["metadata"]["name"] == PARAMS_CONFIGMAP]
         if not found:
             raise SuiteFailure(f"no ConfigMap {PARAMS_CONFIGMAP} in {NAMESPACE}")
-        return int((found[0].get("data") or {}).get(VALUE_KEY[-1], "0"))
+        return int(dig(found[0], "data", VALUE_KEY[-1], default="0"))
 
     def commit_reaches_cluster(self) -> str:
         """A commit of one value in the environment's values.yaml reaches the cluster. The value is a policy
@@ -375,7 +376,7 @@ class GitOpsSuite(GitOpsHarness):
                             "Synced and Healthy")
         # the objects are now the published chart's Application's (Argo CD's tracking annotation)
         tracked = [d["metadata"]["name"] for d in self.deployments()
-                   if not ((d["metadata"].get("annotations") or {}).get("argocd.argoproj.io/tracking-id", "")
+                   if not (dig(d["metadata"], "annotations", "argocd.argoproj.io/tracking-id", default="")
                            .startswith(f"{PUBLISHED_APP}:"))]
         if tracked:
             raise SuiteFailure(f"Deployments not taken over by {PUBLISHED_APP}: {', '.join(tracked)}")

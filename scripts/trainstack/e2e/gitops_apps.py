@@ -5,9 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..jsontypes import dig
+
 
 def wave(obj: dict[str, Any]) -> int:
-    return int(((obj.get("metadata") or {}).get("annotations") or {}).get("argocd.argoproj.io/sync-wave", "0"))
+    return int(dig(obj, "metadata", "annotations", "argocd.argoproj.io/sync-wave", default="0"))
 
 
 TRACKING = "argocd.argoproj.io/tracking-id"
@@ -25,15 +27,15 @@ def strip_tracking(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def synced(app: dict[str, Any]) -> bool:
-    return ((app.get("status") or {}).get("sync") or {}).get("status") == "Synced"
+    return dig(app, "status", "sync", "status") == "Synced"
 
 
 def healthy(app: dict[str, Any]) -> bool:
-    return ((app.get("status") or {}).get("health") or {}).get("status") == "Healthy"
+    return dig(app, "status", "health", "status") == "Healthy"
 
 
 def op_phase(app: dict[str, Any]) -> str:
-    return ((app.get("status") or {}).get("operationState") or {}).get("phase", "")
+    return dig(app, "status", "operationState", "phase", default="")
 
 
 def summary(app: dict[str, Any]) -> str:
@@ -42,9 +44,9 @@ def summary(app: dict[str, Any]) -> str:
     status = app.get("status") or {}
     op = status.get("operationState") or {}
     conditions = [f"{c.get('type')}: {c.get('message', '')[:200]}" for c in status.get("conditions") or []]
-    unhealthy = [f"{r['kind']}/{r['name']} {(r.get('health') or {}).get('status')}"
-                 for r in status.get("resources") or [] if (r.get("health") or {}).get("status") not in (None, "Healthy")]
-    return (f"sync {(status.get('sync') or {}).get('status')}, health {(status.get('health') or {}).get('status')}, "
+    unhealthy = [f"{r['kind']}/{r['name']} {dig(r, 'health', 'status')}"
+                 for r in status.get("resources") or [] if dig(r, "health", "status") not in (None, "Healthy")]
+    return (f"sync {dig(status, 'sync', 'status')}, health {dig(status, 'health', 'status')}, "
             f"operation {op.get('phase', '-')} {op.get('message', '')[:200]}"
             + (f"; {'; '.join(conditions)}" if conditions else "")
             + (f"; not healthy: {', '.join(unhealthy[:5])}" if unhealthy else ""))

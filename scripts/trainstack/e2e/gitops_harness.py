@@ -23,6 +23,7 @@ from .. import lock as lockmod
 from ..cluster import node as nodemod
 from ..cluster import sandbox as sandboxmod
 from ..errors import output_line
+from ..jsontypes import dig
 from .argocd import ARGOCD_NS, RECONCILE_S, ArgoCD, argocd_manifests
 from .base import NAMESPACE, SMOKE_NS, SuiteFailure
 from .gitops_apps import summary
@@ -122,7 +123,7 @@ class GitOpsHarness:
     def wait_established(self, names: list[str], timeout: float = 60) -> None:
         def ready(crds: dict[str, dict[str, Any]]) -> set[str]:
             return {n for n, c in crds.items() if any(k.get("type") == "Established" and k.get("status") == "True"
-                                                      for k in (c.get("status") or {}).get("conditions") or [])}
+                                                      for k in dig(c, "status", "conditions") or [])}
 
         if not kubeapi.wait_for(self.api(), self.crds(), lambda crds: set(names) <= ready(crds), timeout):
             missing = set(names) - ready({c["metadata"]["name"]: c for c in kubeapi.items(self.api(), self.crds())})
@@ -276,7 +277,7 @@ class GitOpsHarness:
         self.apply(objects)
 
         def mine(apps: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-            return [a for a in apps.values() if (a["metadata"].get("labels") or {}).get("trainstack.io/environment")
+            return [a for a in apps.values() if dig(a["metadata"], "labels", "trainstack.io/environment")
                     == self.env]
 
         found = kubeapi.wait_for(self.api(), self.applications(), lambda apps: mine(apps) and apps, 60)
@@ -290,4 +291,4 @@ class GitOpsHarness:
                     + (f"; also {', '.join(others)}" if others else "; none for the other environments"))
         appset = kubeapi.named(self.api(), self.listing("applicationsets", ARGOCD_NS), "trainstack") or {}
         raise SuiteFailure(f"the ApplicationSet generated no Application for env {self.env}: "
-                           f"{(appset.get('status') or {}).get('conditions')}")
+                           f"{dig(appset, 'status', 'conditions')}")

@@ -32,6 +32,7 @@ from ..api import TRAINER_GROUP
 from ..cluster.common import daemon_env
 from ..cluster.local import LocalCluster, free_port, pid_alive, port_is_free, stop_pids
 from ..errors import UserError
+from ..jsontypes import dig
 
 # Lock image name -> lock binary name: the upstream controllers the chart deploys.
 CONTROLLER_IMAGES = ("trainer-controller-manager", "jobset-controller", "lws-controller")
@@ -161,7 +162,7 @@ def _config_from_configmap(
             api = kubeapi.for_kube(cluster)
             cm = kubeapi.named(api, kubeapi.resource(api, "configmaps", deploy["metadata"]["namespace"]),
                                volume["configMap"]["name"]) or {}
-            text = (cm.get("data") or {}).get(key)
+            text = dig(cm, "data", key)
             if text is None:
                 raise UserError(
                     f"ConfigMap {volume['configMap']['name']} has no key {key} "
@@ -256,7 +257,7 @@ class HostControllers:
         services = {s["metadata"]["name"]: s for s in kubeapi.items(api, kubeapi.resource(api, "services", self.namespace))}
         owner: dict[str, HostController] = {}
         for name, svc in services.items():
-            selector = (svc.get("spec") or {}).get("selector") or {}
+            selector = dig(svc, "spec", "selector") or {}
             for ctl in self.controllers:
                 if selector and all(ctl.pod_labels.get(k) == v for k, v in selector.items()):
                     owner[name] = ctl
@@ -265,7 +266,7 @@ class HostControllers:
             for config in kubeapi.items(api, kubeapi.resource(api, kind)):
                 ops = []
                 for i, hook in enumerate(config.get("webhooks") or []):
-                    ref = (hook.get("clientConfig") or {}).get("service") or {}
+                    ref = dig(hook, "clientConfig", "service") or {}
                     if ref.get("namespace") != self.namespace or ref.get("name") not in owner:
                         continue
                     ctl = owner[ref["name"]]

@@ -15,6 +15,7 @@ from typing import Any
 
 from .. import kubeapi
 from ..errors import UserError
+from ..jsontypes import dig
 from .base import SMOKE_NS
 
 CONTAINER = "node"  # the trainer's container in the golden runtimes
@@ -32,14 +33,14 @@ def pod_facts(pod: dict[str, Any]) -> dict[str, Any]:
     status = pod.get("status") or {}
     containers = {c["name"]: c for c in status.get("containerStatuses") or []}
     main: dict[str, Any] = containers.get(CONTAINER) or next(iter(containers.values()), {})
-    ended = (main.get("state") or {}).get("terminated") or {}
-    index = (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-completion-index")
+    ended = dig(main, "state", "terminated") or {}
+    index = dig(pod["metadata"], "labels", "batch.kubernetes.io/job-completion-index")
     scheduled = next((c.get("lastTransitionTime") for c in status.get("conditions") or []
                       if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
     return {"pod": pod["metadata"]["name"], "hostname": pod["spec"].get("hostname"),
             "index": int(index) if index is not None else None,
             "node": pod["spec"].get("nodeName"), "ip": status.get("podIP"), "scheduled_at": scheduled,
-            "pod_group": (pod["spec"].get("schedulingGroup") or {}).get("podGroupName"),
+            "pod_group": dig(pod["spec"], "schedulingGroup", "podGroupName"),
             "image": next((c.get("image") for c in pod["spec"].get("containers", []) if c.get("name") == CONTAINER), None),
             "phase": status.get("phase"), "exit_code": ended.get("exitCode"), "container_id": main.get("containerID")}
 
@@ -48,8 +49,8 @@ def ended_after(pods: list[dict[str, Any]], since: datetime) -> bool:
     """Whether every container of PODS has ended, and each at SINCE or later: the containers outlived what
     happened at SINCE (a node daemon's restart). finishedAt is whole seconds, rounded down, so a container that
     ended after SINCE shows SINCE's second or a later one."""
-    statuses = [c for p in pods for c in (p.get("status") or {}).get("containerStatuses") or []]
-    ended = [((c.get("state") or {}).get("terminated") or {}).get("finishedAt") for c in statuses]
+    statuses = [c for p in pods for c in dig(p, "status", "containerStatuses") or []]
+    ended = [dig(c, "state", "terminated", "finishedAt") for c in statuses]
     floor = since.replace(microsecond=0)
     return bool(ended) and all(e and datetime.fromisoformat(e) >= floor for e in ended)
 
@@ -65,8 +66,8 @@ def why_not_complete(kube: Any, name: str, err: BaseException) -> str:
         return f"{parts[0]} (its pods could not be read: {read_err})"
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         facts = pod_facts(pod)
-        statuses = (pod.get("status") or {}).get("containerStatuses") or []
-        ended = next(((c.get("state") or {}).get("terminated") or (c.get("lastState") or {}).get("terminated") or {}
+        statuses = dig(pod, "status", "containerStatuses") or []
+        ended = next((dig(c, "state", "terminated") or dig(c, "lastState", "terminated") or {}
                       for c in statuses if c.get("name") == CONTAINER), {})
         line = f"{facts['pod']} on {facts['node']}: {facts['phase']}"
         if ended:
@@ -85,7 +86,7 @@ def why_not_complete(kube: Any, name: str, err: BaseException) -> str:
 
 def restarted(pod: dict[str, Any]) -> dict[str, Any] | None:
     """POD's `node` container status when it has restarted at least once, else None."""
-    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+    for status in dig(pod, "status", "containerStatuses") or []:
         if status.get("name") == CONTAINER and (status.get("restartCount") or 0) >= 1:
             return status
     return None
@@ -109,7 +110,7 @@ class FirstFailures:
             status = restarted(pod)
             if status is None or name in self.found:
                 continue
-            ended = (status.get("lastState") or {}).get("terminated") or {}
+            ended = dig(status, "lastState", "terminated") or {}
             try:
                 log = self.kube.kubectl("logs", name, "-n", self.namespace, "-c", CONTAINER, "--previous",
                                         "--tail", str(TAIL), check=False).stdout

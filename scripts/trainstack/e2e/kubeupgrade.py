@@ -24,6 +24,7 @@ from .. import tools
 from ..cluster.common import pid_alive, stop_pids
 from ..cluster.controlplane import component_gates, switches
 from ..errors import UsageError, UserError
+from ..jsontypes import dig
 from .base import Outcome, SuiteFailure, server_version
 from .smokejobs import SMOKE_NS
 
@@ -119,7 +120,7 @@ def kept(suite: Any) -> Outcome:
         raise SuiteFailure(f"TrainJobs lost in the upgrade: {', '.join(missing)}")
     done = [name for name, job in found.items()
             if any(c.get("type") == "Complete" and c.get("status") == "True"
-                   for c in (job.get("status") or {}).get("conditions", []))]
+                   for c in dig(job, "status", "conditions", default=[]))]
     lost = [j.name for j in suite.jobs if j.name not in done]
     if lost:
         raise SuiteFailure(f"TrainJobs no longer Complete after the upgrade: {', '.join(lost)}")

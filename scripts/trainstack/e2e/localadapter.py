@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from .. import kubeapi, proc
+from ..jsontypes import dig
 from .base import NAMESPACE
 
 WEBHOOK_KINDS = ("mutatingwebhookconfigurations", "validatingwebhookconfigurations")
@@ -38,9 +39,7 @@ class LocalAdapter:
         api = kubeapi.for_kube(self.provider.cluster)
         deadline = time.monotonic() + 600
         with kubeapi.Changes(600) as changes:
-            from kubernetes import client as k8s  # slow to import: only when a local cluster runs (see kubeapi)
-
-            changes.watch("services", api, k8s.CoreV1Api(api).list_namespaced_service, namespace=NAMESPACE)
+            changes.watch("services", api, kubeapi.resource(api, "services", NAMESPACE))
             for kind in WEBHOOK_KINDS:
                 changes.watch(kind, api, kubeapi.resource(api, kind))
             while process.poll() is None and time.monotonic() < deadline:
@@ -73,21 +72,19 @@ class LocalAdapter:
                                 "-p", json.dumps({"metadata": {"managedFields": kept or [{}]}}))
 
     def diverged(self) -> bool:
-        from kubernetes import client as k8s  # slow to import: only when a local cluster runs (see kubeapi)
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
+        from urllib3.exceptions import HTTPError  # slow to import: only when a local cluster runs (see kubeapi)
 
         ctls = self.provider.controllers
         cluster = self.provider.cluster
         api = kubeapi.for_kube(cluster)
         try:
-            services = {s["metadata"]["name"]: s for s in kubeapi.items(
-                api, k8s.CoreV1Api(api).list_namespaced_service, namespace=NAMESPACE)}
+            services = {s["metadata"]["name"]: s
+                        for s in kubeapi.items(api, kubeapi.resource(api, "services", NAMESPACE))}
             configs = [c for kind in WEBHOOK_KINDS for c in kubeapi.items(api, kubeapi.resource(api, kind))]
-        except (ApiException, HTTPError):  # the API server busy or away: look again on the next change
+        except (kubeapi.ApiException, HTTPError):  # the API server busy or away: look again on the next change
             return False
         ports = {name: ctl.webhook_port for ctl in ctls.controllers for name in ctl.services}
-        if any((services.get(n, {}).get("spec") or {}).get("type") != "ExternalName" for n in ports):
+        if any(dig(services.get(n, {}), "spec", "type") != "ExternalName" for n in ports):
             return True
         bundle = cluster.ca_bundle()
         for config in configs:

@@ -26,6 +26,7 @@ import yaml
 from .. import images, kubeapi
 from .. import lock as lockmod
 from ..errors import UserError
+from ..jsontypes import dig
 from .base import NAMESPACE
 
 UNTRACKED_NS = "trainstack-e2e-untracked"  # a namespace the tracking server's NetworkPolicy does not name
@@ -94,7 +95,7 @@ def start(kube: Any, lock: lockmod.Lock, tracked_ns: str, service: str, port: in
 def _ended(name: str) -> Any:
     """A wait_for predicate: pod NAME has ended."""
     def done(objects: dict[str, dict[str, Any]]) -> bool:
-        return ((objects.get(name) or {}).get("status") or {}).get("phase") in ("Succeeded", "Failed")
+        return dig(objects, name, "status", "phase") in ("Succeeded", "Failed")
     return done
 
 

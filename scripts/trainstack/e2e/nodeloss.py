@@ -21,6 +21,7 @@ from typing import Any
 
 from .. import kubeapi
 from ..errors import UserError
+from ..jsontypes import dig
 from .base import GROUP, SMOKE_NS, VERSION, terminal_state
 from .jobpods import pod_facts, pods_of
 from .realnode import OUTPUT, client, events, submit
@@ -51,7 +52,7 @@ class NodeLoss:
 
 
 def _ready(node: dict[str, Any] | None) -> str:
-    for cond in ((node or {}).get("status") or {}).get("conditions") or []:
+    for cond in dig(node, "status", "conditions") or []:
         if cond.get("type") == "Ready":
             return str(cond.get("status"))
     return ""
@@ -59,7 +60,7 @@ def _ready(node: dict[str, Any] | None) -> str:
 
 def _rank0_step(kube: Any, name: str) -> int:
     pods = [p for p in pods_of(kube, name) if "-node-0-0" in p["metadata"]["name"]
-            and (p.get("status") or {}).get("phase") == "Running"]
+            and dig(p, "status", "phase") == "Running"]
     if not pods:
         return 0
     out = kube.kubectl("logs", pods[0]["metadata"]["name"], "-n", SMOKE_NS, "--tail=3", check=False).stdout
@@ -78,7 +79,7 @@ def node_lost(kube: Any, kubeconfig: Any, nodes: list[Any], timeout: float = 480
     api = kubeapi.for_kube(kube)
     deadline = time.monotonic() + timeout
     while True:  # both pods running, one of them on a further node, and a checkpoint written
-        running = [pod_facts(p) for p in pods_of(kube, name) if (p.get("status") or {}).get("phase") == "Running"]
+        running = [pod_facts(p) for p in pods_of(kube, name) if dig(p, "status", "phase") == "Running"]
         on_further = [f for f in running if f["node"] in further]
         if len(running) == 2 and on_further and _rank0_step(kube, name) > EVERY:
             break
@@ -108,7 +109,7 @@ def node_lost(kube: Any, kubeconfig: Any, nodes: list[Any], timeout: float = 480
         # Every pod of the job on the nodes left has finished: what remains is the lost node's pod, which the
         # Job waits for before it declares itself done (a terminating pod counts until it is gone)
         live = [p for p in pods if p["spec"].get("nodeName") != victim.name]
-        if result.evicted_s is not None and live and all((p.get("status") or {}).get("phase") in
+        if result.evicted_s is not None and live and all(dig(p, "status", "phase") in
                                                          ("Succeeded", "Failed") for p in live):
             result.work_done_s = now
             break

@@ -8,7 +8,8 @@ import time
 
 import yaml
 
-from .. import api, helm, kubeapi, proc
+from .. import api, helm, kubeapi
+from ..jsontypes import dig
 from .base import (
     FRAMEWORK_LABEL,
     LWS_NAME_LABEL,
@@ -47,14 +48,13 @@ class PlatformChecks(SuiteState):
         # an upgrade would undo: helm v4 only there
         binaries = ("helm",) if getattr(self, "data_cache", False) else clients
         for binary in binaries:
+            release = self.release(binary)
             if binary == "helm3":
-                upgrade = self.helm_cmd("upgrade", RELEASE, *self.install_args, "-n", NAMESPACE, "--wait",
-                                        "--timeout", "180s", binary=binary)
-                result = proc.run(upgrade, check=False, env=helm.env(self.lock), timeout=240, what="helm3 upgrade")
+                upgrade = release.upgrade(*self.install_args, "--wait", "--timeout", "180s")
+                result = release.run(upgrade, check=False, timeout=240)
                 if result.returncode != 0:
                     raise SuiteFailure(f"helm3 upgrade: {helm.first_error_line(result.stderr or result.stdout)}")
-            cmd = self.helm_cmd("test", RELEASE, "-n", NAMESPACE, "--logs", "--timeout", "180s", binary=binary)
-            result = proc.run(cmd, check=False, env=helm.env(self.lock), timeout=240, what=f"{binary} test")
+            result = release.run(release.test("--logs", "--timeout", "180s"), check=False, timeout=240)
             log = self.run_dir / f"{binary}-test.log"
             log.write_text(result.stdout + result.stderr)
             lines = [line.strip() for line in result.stdout.splitlines()]
@@ -91,7 +91,7 @@ class PlatformChecks(SuiteState):
         pods = self.read("pods", NAMESPACE)
         running = {d["metadata"]["name"]: sorted(p["spec"].get("nodeName") or "" for p in pods
                                                  if p["metadata"]["name"].startswith(d["metadata"]["name"] + "-")
-                                                 and (p.get("status") or {}).get("phase") == "Running")
+                                                 and dig(p, "status", "phase") == "Running")
                    for d in deploys}
         return Outcome(f"{len(deploys)} Deployments Available; TrainJob dry run admitted by the webhooks",
                        {"deployments": sorted(running), "pods_on_nodes": running, "webhook_dry_run": "admitted"})
@@ -104,7 +104,7 @@ class PlatformChecks(SuiteState):
         missing = sorted(set(wanted) - set(have))
         if missing:
             raise SuiteFailure(f"golden runtimes rendered by the chart are not in the cluster: {', '.join(missing)}")
-        unlabelled = sorted(n for n, r in have.items() if not (r["metadata"].get("labels") or {}).get(FRAMEWORK_LABEL))
+        unlabelled = sorted(n for n, r in have.items() if not dig(r["metadata"], "labels", FRAMEWORK_LABEL))
         if unlabelled:
             raise SuiteFailure(f"runtimes without the {FRAMEWORK_LABEL} label: {', '.join(unlabelled)}")
         return ", ".join(sorted(have))

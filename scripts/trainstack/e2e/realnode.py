@@ -28,6 +28,7 @@ from .. import images, kubeapi, paths
 from .. import status as statusmod
 from ..api import GANG_GROUP
 from ..errors import UserError
+from ..jsontypes import dig
 from . import netreach
 from . import tracking as trackingmod
 from .base import GROUP, RELEASE, SMOKE_NS, VERSION, Outcome, StepFn, SuiteFailure
@@ -159,7 +160,7 @@ def gang_of(kube: Any, name: str, pods: list[dict[str, Any]]) -> dict[str, Any]:
     policy = found[0].get("spec", {}).get("schedulingPolicy") or {}
     times = sorted(datetime.fromisoformat(p["scheduled_at"]) for p in pods if p["scheduled_at"])
     spread = (times[-1] - times[0]).total_seconds() if len(times) == len(pods) else None
-    return {"pod_group": group, "min_count": (policy.get("gang") or {}).get("minCount"), "bound_within_s": spread}
+    return {"pod_group": group, "min_count": dig(policy, "gang", "minCount"), "bound_within_s": spread}
 
 
 def in_cidr(ip: str | None, cidr: str | None) -> bool:
@@ -307,7 +308,7 @@ def checkpoint_outlives_pods(kube: Any, name: str, image: str, timeout: float = 
     ]
     kube.kubectl("apply", "-f", "-", input_text=yaml.safe_dump_all(objects))
     def ended(found: dict[str, dict[str, Any]]) -> str | None:
-        phase = ((found.get(pod) or {}).get("status") or {}).get("phase")
+        phase = dig(found, pod, "status", "phase")
         return phase if phase in ("Succeeded", "Failed") else None
 
     phase = kubeapi.wait_for(api, kubeapi.pods(api), ended, timeout, namespace=SMOKE_NS,
@@ -368,7 +369,7 @@ def worker_killed(kube: Any, kubeconfig: Path, timeout: float = 300, real_nodes:
     api = kubeapi.for_kube(kube)
 
     def ended(found: dict[str, dict[str, Any]]) -> tuple[str, str] | None:
-        for cond in ((found.get(name) or {}).get("status") or {}).get("conditions") or []:
+        for cond in dig(found, name, "status", "conditions") or []:
             if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
                 return cond["type"], f"{cond.get('reason', '')}: {cond.get('message', '')}"
         return None
@@ -427,7 +428,7 @@ class RealNodeSteps(SuiteState):
 
     def cannot_start(self) -> Outcome:
         runtime = next(r for r in golden_runtimes(self.rendered) if self.provider.is_real(SmokeJob("x", r))
-                       and "torch" in ((r.get("spec") or {}).get("mlPolicy") or {}))
+                       and "torch" in (dig(r, "spec", "mlPolicy") or {}))
         r = cannot_start(self.kube, self.provider.kubeconfig, runtime, self.provider.placement(SmokeJob("x", runtime)),
                          self.job_labels)
         return Outcome(f"TrainJob {r['trainjob']} with an image nobody built: {r['state']}, flagged by trainstack "
@@ -451,7 +452,7 @@ class RealNodeSteps(SuiteState):
         self.wait_trainjobs({name: "Complete"}, timeout=self.provider.job_timeout)
         nodes = {n["metadata"]["name"]: n for n in self.read("nodes")}
         pods = self.read("pods", SMOKE_NS, label_selector=f"jobset.sigs.k8s.io/jobset-name={name}")
-        jobs = sorted({(p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name", "?")
+        jobs = sorted({dig(p["metadata"], "labels", "jobset.sigs.k8s.io/replicatedjob-name", default="?")
                        for p in pods})
         off_gpu = [p["metadata"]["name"] for p in pods
                    if not any("gpu" in k for k in (nodes.get(p["spec"].get("nodeName") or "", {})

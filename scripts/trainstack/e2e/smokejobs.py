@@ -13,6 +13,7 @@ from typing import Any
 from .. import deps, helm, paths, yamlio
 from .. import lock as lockmod
 from .. import render as rendermod
+from ..jsontypes import dig
 from .base import GROUP, MASTER_PORT, PART_OF, SMOKE_NODES, SMOKE_NS, VERSION
 
 
@@ -48,11 +49,10 @@ class SmokeJob:
         job = self._manifest(namespace)
         if self.node_selector or self.tolerations or self.pod_annotations:
             replicated = []
-            for rj in (((self.runtime.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
-                    "replicatedJobs", []):
+            for rj in dig(self.runtime, "spec", "template", "spec", "replicatedJobs", default=[]):
                 if not rj.get("name"):
                     continue
-                own = ((((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {})
+                own = (dig(rj, "template", "spec", "template", "spec") or {})
                 pod: dict[str, Any] = {}
                 if self.node_selector:
                     pod["nodeSelector"] = {**(own.get("nodeSelector") or {}), **self.node_selector}
@@ -91,8 +91,8 @@ class SmokeJob:
 
 
 def pod_specs(runtime: dict[str, Any]) -> list[dict[str, Any]]:
-    jobs = (((runtime.get("spec") or {}).get("template") or {}).get("spec") or {}).get("replicatedJobs") or []
-    return [(((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {} for rj in jobs]
+    jobs = dig(runtime, "spec", "template", "spec", "replicatedJobs") or []
+    return [dig(rj, "template", "spec", "template", "spec") or {} for rj in jobs]
 
 
 def accelerators(runtime: dict[str, Any]) -> set[str]:
@@ -111,12 +111,8 @@ def node_selector(runtime: dict[str, Any]) -> dict[str, str]:
     labels: dict[str, str] = {}
     for spec in pod_specs(runtime):
         labels.update(spec.get("nodeSelector") or {})
-        terms = (
-            ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-                "requiredDuringSchedulingIgnoredDuringExecution"
-            )
-            or {}
-        ).get("nodeSelectorTerms") or []
+        terms = dig(spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+                    "nodeSelectorTerms") or []
         for term in terms[:1]:
             for expr in term.get("matchExpressions") or []:
                 if expr.get("operator") == "In" and expr.get("values"):
@@ -129,7 +125,7 @@ def tolerations(runtime: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def ml_policies(runtime: dict[str, Any]) -> set[str]:
-    return {k for k in ((runtime.get("spec") or {}).get("mlPolicy") or {}) if k != "numNodes"}
+    return {k for k in (dig(runtime, "spec", "mlPolicy") or {}) if k != "numNodes"}
 
 
 def job_name(runtime_name: str) -> str:
@@ -193,7 +189,7 @@ def golden_runtimes(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         o
         for o in objects
-        if o.get("kind") == "ClusterTrainingRuntime" and (o.get("metadata", {}).get("labels") or {}).get(key) == value
+        if o.get("kind") == "ClusterTrainingRuntime" and dig(o.get("metadata", {}), "labels", key) == value
     ]
 
 
@@ -204,7 +200,7 @@ def required_labels(objects: list[dict[str, Any]]) -> dict[str, str]:
     for policy in (o for o in objects if o.get("kind") == "ValidatingAdmissionPolicy"):
         if policy["metadata"]["name"] not in bound or "requiredLabels" not in json.dumps(policy["spec"]):
             continue
-        param = (policy["spec"].get("paramKind") or {}).get("kind")
+        param = dig(policy["spec"], "paramKind", "kind")
         for obj in objects:
             if obj.get("kind") == param and "requiredLabels" in (obj.get("data") or {}):
                 wanted.update({k: "e2e" for k in obj["data"]["requiredLabels"].split(",") if k})

@@ -21,9 +21,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .. import helm, kubeapi, paths, proc, progress, publish, tools
+from .. import helm, kubeapi, paths, proc, progress, publish
 from .. import lock as lockmod
 from ..errors import UserError
+from ..jsontypes import dig
 from .base import (
     GROUP,
     NAMESPACE,
@@ -191,18 +192,14 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         nodes = self.kube.kubectl_json("get", "nodes").get("items", [])
         # the kubelets that really run pods (KWOK's fake nodes report a version they were told)
         kubelets = sorted({n.get("status", {}).get("nodeInfo", {}).get("kubeletVersion", "") for n in nodes
-                           if (n["metadata"].get("annotations") or {}).get("kwok.x-k8s.io/node") != "fake"})
+                           if dig(n["metadata"], "annotations", "kwok.x-k8s.io/node") != "fake"})
         return Outcome(self.provider.describe(), {"serverVersion": version, "kubeletVersions": kubelets,
                                                   **self.provider.cluster_data()})
 
-    def helm_cmd(self, *args: str, binary: str = "helm") -> list[str]:
-        return [
-            str(tools.require(binary, self.lock)),
-            *args,
-            "--kubeconfig",
-            str(self.provider.kubeconfig),
-            *(["--kube-context", self.provider.context] if getattr(self.provider, "context", None) else []),
-        ]
+    def release(self, binary: str = "helm") -> helm.Release:
+        """The platform's release on the provider's cluster, driven by BINARY (helm, or helm3)."""
+        return helm.Release(self.provider.kubeconfig, getattr(self.provider, "context", None), RELEASE, NAMESPACE,
+                            self.lock, binary)
 
     def chart_source(self) -> list[str]:
         """What `helm install` installs: where the cluster has a registry (the local provider's real nodes),
@@ -221,17 +218,8 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
     def install(self) -> Outcome:
         source = self.chart_source()
         self.install_args = [*source, *value_args(self.env, self.data_cache, self.extra_values)]
-        cmd = self.helm_cmd(
-            "install",
-            RELEASE,
-            *self.install_args,
-            "-n",
-            NAMESPACE,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "180s",
-        )
+        release = self.release()
+        cmd = release.install(*self.install_args, "--create-namespace", "--wait", "--timeout", "180s")
         # the chart puts the cache initializer's ServiceAccount, or the tracking accounts' Roles, there
         for namespace in dict.fromkeys(([SMOKE_NS] if self.data_cache else [])
                                        + list(getattr(self.provider, "tracking_namespaces", []))):
@@ -240,8 +228,7 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         with log_path.open("w") as sink:
             sink.write("$ " + " ".join(cmd) + "\n")
             sink.flush()
-            process = proc.start(cmd, stdout=sink, stderr=proc.STDOUT, stdin=proc.DEVNULL, env=helm.env(self.lock),
-                                 what="helm install")
+            process = release.start(cmd, sink)
             try:
                 notes = self.provider.while_installing(self, process) or ""
                 rc = process.wait(timeout=240)
@@ -260,7 +247,8 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
             )
         self.installed = True
         cache = " --set dataCache.enabled=true" if self.data_cache else ""
-        shown = " ".join(cmd[1:8 + len(source)]) + cache
+        line = ["install", RELEASE, *self.install_args, "-n", NAMESPACE, "--create-namespace"]
+        shown = " ".join(line[:7 + len(source)]) + cache
         return Outcome(shown + (f"; published {self.chart_reference}" if self.chart_reference else "")
                        + (f"; {notes}" if notes else ""), {"chart": source[0]})
 
@@ -272,9 +260,9 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         rc = 1
         for attempt in range(1, attempts + 1):
             time.sleep(pause)
-            cmd = self.helm_cmd("upgrade", RELEASE, *self.install_args, "-n", NAMESPACE, "--wait", "--timeout",
-                                "180s", "--force-conflicts")
-            result = proc.run(cmd, check=False, env=helm.env(self.lock), timeout=240, what="helm upgrade")
+            release = self.release()
+            cmd = release.upgrade(*self.install_args, "--wait", "--timeout", "180s", "--force-conflicts")
+            result = release.run(cmd, check=False, timeout=240)
             with log_path.open("a") as sink:
                 sink.write(f"$ {' '.join(cmd)}\n{result.stdout}{result.stderr}")
             rc = result.returncode
@@ -298,11 +286,11 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
         except (UserError, ValueError) as err:
             return f"; the platform's pods could not be read: {getattr(err, 'message', err)}"
         pressure = [f"{node['metadata']['name']} {c['type']}" for node in nodes
-                    for c in (node.get("status") or {}).get("conditions") or []
+                    for c in dig(node, "status", "conditions") or []
                     if c.get("type", "").endswith("Pressure") and c.get("status") == "True"]
         warnings: list[str] = []
         for event in events:
-            line = (f"{(event.get('involvedObject') or {}).get('name')} {event.get('reason')}: "
+            line = (f"{dig(event, 'involvedObject', 'name')} {event.get('reason')}: "
                     f"{(event.get('message') or '')[:160]}")
             if line not in warnings:
                 warnings.append(line)
@@ -371,8 +359,8 @@ class Suite(PlatformChecks, WorkloadChecks, FrameworkSteps):
 
     def uninstall(self) -> str:
         before = {t["metadata"]["name"] for t in self.read("trainjobs", SMOKE_NS)}
-        result = proc.run(self.helm_cmd("uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "120s"),
-                          check=False, env=helm.env(self.lock), timeout=180, what="helm uninstall")
+        release = self.release()
+        result = release.run(release.uninstall("--wait", "--timeout", "120s"), check=False, timeout=180)
         (self.run_dir / "helm-uninstall.log").write_text(result.stdout + result.stderr)
         if result.returncode != 0:
             raise SuiteFailure(f"helm uninstall failed: {helm.first_error_line(result.stderr or result.stdout)}")

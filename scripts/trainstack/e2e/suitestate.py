@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import helm
 from .. import lock as lockmod
 from .smokejobs import SmokeJob
 
@@ -30,6 +31,6 @@ class SuiteState:
 
         def place(self, job: SmokeJob) -> SmokeJob: ...
 
-        def helm_cmd(self, *args: str, binary: str = "helm") -> list[str]: ...
+        def release(self, binary: str = "helm") -> helm.Release: ...
 
         def wait_trainjobs(self, expected: dict[str, str], timeout: float) -> dict[str, dict]: ...

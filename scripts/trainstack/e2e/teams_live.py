@@ -45,6 +45,7 @@ from .. import api, kubeapi, paths, quantity, yamlio
 from ..cluster import node as nodemod
 from ..cluster.local import FAIL_LABEL
 from ..errors import UserError
+from ..jsontypes import dig
 from .providers.local import LocalProvider
 
 TEAMS_EXAMPLE = Path("examples") / "teams" / "values.yaml"
@@ -185,7 +186,7 @@ def trainjob(kube: Any, namespace: str, name: str) -> dict[str, Any]:
 
 
 def conditions(obj: dict[str, Any]) -> dict[str, str]:
-    return {c["type"]: c["status"] for c in (obj.get("status") or {}).get("conditions") or []}
+    return {c["type"]: c["status"] for c in dig(obj, "status", "conditions") or []}
 
 
 def workload(kube: Any, namespace: str, name: str) -> dict[str, Any] | None:
@@ -206,19 +207,19 @@ def state(kube: Any, namespace: str, name: str) -> dict[str, Any]:
     job = trainjob(kube, namespace, name)
     wl = workload(kube, namespace, name)
     wl_conds = conditions(wl) if wl else {}
-    phases = [(p.get("status") or {}).get("phase") for p in pods(kube, namespace, name)]
+    phases = [dig(p, "status", "phase") for p in pods(kube, namespace, name)]
     job_conds = conditions(job)
     return {
         "suspended": bool(job["spec"].get("suspend")),
         "workload": (wl or {}).get("metadata", {}).get("name"),
         "admitted": wl_conds.get("Admitted") == "True",
         "quota_reserved": wl_conds.get("QuotaReserved") == "True",
-        "pending_reason": next((c.get("message", "") for c in ((wl or {}).get("status") or {}).get("conditions") or []
+        "pending_reason": next((c.get("message", "") for c in dig(wl, "status", "conditions") or []
                                 if c["type"] == "QuotaReserved" and c["status"] != "True"), ""),
         "pods_ready": wl_conds.get("PodsReady") == "True",
-        "evicted": next((c.get("reason", "") for c in ((wl or {}).get("status") or {}).get("conditions") or []
+        "evicted": next((c.get("reason", "") for c in dig(wl, "status", "conditions") or []
                          if c["type"] == "Evicted" and c["status"] == "True"), ""),
-        "requeues": (((wl or {}).get("status") or {}).get("requeueState") or {}).get("count", 0),
+        "requeues": dig(wl, "status", "requeueState", "count", default=0),
         "pods": len(phases),
         "pending_pods": phases.count("Pending"),
         "running_pods": phases.count("Running"),
@@ -275,9 +276,9 @@ def wait_complete(kube: Any, namespace: str, name: str, timeout: float = 240) ->
                 "trainjob": conditions(trainjob(kube, namespace, name)),
                 "workload": conditions(workload(kube, namespace, name) or {}),
                 "jobsets": [conditions(j) for j in jobsets],
-                "jobs": {j["metadata"]["name"]: [conditions(j), (j.get("status") or {}).get("succeeded")] for j in jobs},
-                "pods": {p["metadata"]["name"]: [(p.get("status") or {}).get("phase"),
-                                                 (p["metadata"].get("labels") or {}).get(FAIL_LABEL),
+                "jobs": {j["metadata"]["name"]: [conditions(j), dig(j, "status", "succeeded")] for j in jobs},
+                "pods": {p["metadata"]["name"]: [dig(p, "status", "phase"),
+                                                 dig(p["metadata"], "labels", FAIL_LABEL),
                                                  p["metadata"].get("deletionTimestamp")]
                          for p in pods(kube, namespace, name)}}
 
@@ -335,8 +336,8 @@ def free_memory(kube: Any, node: str) -> int:
     """NODE's allocatable memory less what its pods request, in bytes."""
     allocatable = quantity.parse(kube.kubectl_json("get", "node", node)["status"]["allocatable"]["memory"])
     pods_on = kube.kubectl_json("get", "pods", "-A", "--field-selector", f"spec.nodeName={node}")["items"]
-    used = sum(quantity.parse(((c.get("resources") or {}).get("requests") or {}).get("memory", "0"))
-               for p in pods_on if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+    used = sum(quantity.parse(dig(c, "resources", "requests", "memory", default="0"))
+               for p in pods_on if dig(p, "status", "phase") not in ("Succeeded", "Failed")
                for c in p["spec"]["containers"])
     return int(allocatable - used)
 
@@ -356,8 +357,8 @@ def filled(kube: Any, node: str, runtime: dict[str, Any], pods_left: int) -> Ite
                                     "resources": {"requests": {"memory": str(ask)}}}]}}
     kube.kubectl("create", "-f", "-", input_text=yaml.safe_dump(pod))
     try:
-        wait_until(lambda: (kube.kubectl_json("get", "pod", FILLER, "-n", "default").get("status") or {})
-                   .get("phase") == "Running", f"{FILLER} Running on {node}")
+        wait_until(lambda: dig(kube.kubectl_json("get", "pod", FILLER, "-n", "default"), "status", "phase") == "Running",
+                   f"{FILLER} Running on {node}")
         yield
     finally:
         kube.kubectl("delete", "pod", FILLER, "-n", "default", "--wait=true", "--ignore-not-found", timeout=120)
@@ -377,7 +378,7 @@ def hold_for(read: Callable[[], Any], seconds: float, interval: float = 2.0) -> 
 def topology_assignment(wl: dict[str, Any] | None) -> list[str]:
     """The node Kueue assigned to each pod of a Workload's PodSets (its `topologyAssignment`), one entry per pod."""
     nodes: list[str] = []
-    for psa in (((wl or {}).get("status") or {}).get("admission") or {}).get("podSetAssignments") or []:
+    for psa in dig(wl, "status", "admission", "podSetAssignments") or []:
         topology = psa.get("topologyAssignment") or {}
         level = (topology.get("levels") or []).index(HOSTNAME_LEVEL)
         for piece in topology.get("slices") or []:

@@ -29,6 +29,7 @@ from typing import Any
 from .. import kubeapi, monitoring, proc, tools, trainenv
 from .. import lock as lockmod
 from ..errors import UserError
+from ..kubectl import Kubectl
 from .base import NAMESPACE, SMOKE_NS
 
 SERVICE = "trainstack-tracking"
@@ -73,9 +74,8 @@ def forwarded(kube: Any, lock: lockmod.Lock, port: int = PORT, timeout: float = 
               service: str = SERVICE) -> Iterator[str]:
     """http://127.0.0.1:<free port>, forwarded to PORT of the tracking Service (or SERVICE) by `kubectl
     port-forward`."""
-    kubectl = tools.require("kubectl", lock)
-    cmd = [str(kubectl), "--kubeconfig", str(kube.kubeconfig), "port-forward", "--address", "127.0.0.1",
-           "-n", NAMESPACE, f"svc/{service}", f":{port}"]
+    kubectl = Kubectl(kube.kubeconfig, lock=lock, binary=tools.require("kubectl", lock))
+    cmd = kubectl.line("port-forward", "--address", "127.0.0.1", "-n", NAMESPACE, f"svc/{service}", f":{port}")
     process = proc.start(cmd, stdout=proc.PIPE, stderr=proc.STDOUT, stdin=proc.DEVNULL, text=True,
                          what="kubectl port-forward")
     try:

@@ -39,11 +39,12 @@ from typing import Any
 
 import yaml
 
-from .. import helm, kubeapi, paths, proc, progress, tools, yamlio
+from .. import helm, kubeapi, paths, proc, progress, yamlio
 from .. import lock as lockmod
 from .. import render as rendermod
 from ..api import TRAINER_API
 from ..errors import UserError
+from ..jsontypes import dig
 from ..kubectl import Kubectl
 from ..render import rendered_crds
 from .base import GROUP, NAMESPACE, PART_OF, RELEASE
@@ -108,20 +109,23 @@ class UpgradeTest:
         self.rows.append(Row(step, "pass", time.monotonic() - start, detail))
         return detail
 
-    def helm(self, binary: str, *args: str, timeout: float = 600) -> proc.CompletedProcess:
-        cmd = [str(tools.require(binary, self.lock)), *args, "--kubeconfig", str(self.kubeconfig),
-               *(["--kube-context", self.context] if self.context else [])]
-        log = self.run_dir / f"{binary}-{args[0]}-{int(time.time() * 1000)}.log"
+    def release(self, binary: str) -> helm.Release:
+        """The release on this cluster, driven by BINARY (helm, or helm3)."""
+        return helm.Release(self.kubeconfig, self.context, RELEASE, NAMESPACE, self.lock, binary)
+
+    def helm(self, release: helm.Release, cmd: list[str], timeout: float = 600) -> proc.CompletedProcess:
+        """Run CMD, a command line of RELEASE, its output in a log of the run; prepare and adapt around it."""
+        binary, verb = release.binary, cmd[1]
+        log = self.run_dir / f"{binary}-{verb}-{int(time.time() * 1000)}.log"
         if self.prepare is not None:
-            self.prepare(binary, args[0])
+            self.prepare(binary, verb)
         with log.open("w") as sink:  # a file, not a pipe: helm never blocks on output while adapt runs
             sink.write("$ " + " ".join(cmd) + "\n")
             sink.flush()
-            process = proc.start(cmd, stdout=sink, stderr=proc.STDOUT, stdin=proc.DEVNULL, env=helm.env(self.lock),
-                                 what=f"{binary} {args[0]}")
+            process = release.start(cmd, sink)
             try:
-                if self.adapt is not None and args[0] in ("install", "upgrade", "rollback"):
-                    self.adapt(binary, args[0], process)
+                if self.adapt is not None and verb in ("install", "upgrade", "rollback"):
+                    self.adapt(binary, verb, process)
                 process.wait(timeout=timeout)
             except BaseException:
                 process.kill()
@@ -129,7 +133,7 @@ class UpgradeTest:
                 raise
         out = log.read_text().split("\n", 1)[1]
         if process.returncode != 0:
-            raise UserError(f"{binary} {args[0]} failed: {helm.first_error_line(out)}", f"log: {log}")
+            raise UserError(f"{binary} {verb} failed: {helm.first_error_line(out)}", f"log: {log}")
         return proc.CompletedProcess(cmd, process.returncode, out, "")
 
     def values(self, tree: Path) -> list[str]:
@@ -147,8 +151,8 @@ class UpgradeTest:
         key, value = PART_OF
         api = self.api()
         items = kubeapi.items(api, kubeapi.resource(api, "clustertrainingruntimes"), label_selector=f"{key}={value}")
-        fits = [r for r in items if "torch" in ((r.get("spec") or {}).get("mlPolicy") or {})
-                and (r["metadata"].get("labels") or {}).get("trainstack.io/accelerator", "cpu") == "cpu"
+        fits = [r for r in items if "torch" in (dig(r, "spec", "mlPolicy") or {})
+                and dig(r["metadata"], "labels", "trainstack.io/accelerator", default="cpu") == "cpu"
                 and len(r["spec"]["template"]["spec"]["replicatedJobs"]) == 1]
         if not fits:
             raise UserError("the installed platform has no CPU torch golden runtime to run TrainJobs on")
@@ -193,8 +197,9 @@ class UpgradeTest:
 
     # -- steps ------------------------------------------------------------------------------------
     def install_old(self, binary: str, old_chart: Path, old_root: Path) -> str:
-        self.helm(binary, "install", RELEASE, str(old_chart), "-n", NAMESPACE, "--create-namespace",
-                  *self.values(old_root), "--wait", "--timeout", "300s")
+        release = self.release(binary)
+        self.helm(release, release.install(str(old_chart), "--create-namespace", *self.values(old_root),
+                                           "--wait", "--timeout", "300s"))
         self.kube.kubectl("create", "namespace", JOBS_NS, check=False)
         self.wait_admitted(f"{binary} install", 90)
         self.old_runtimes = snapshot(self.kube).runtimes
@@ -274,8 +279,9 @@ class UpgradeTest:
         start = time.monotonic()
         with WebhookProbe(self.kube, probe_job) as probe:
             crd_note = self.apply_crds(chart)
-            out = self.helm(binary, "upgrade", RELEASE, str(chart), "-n", NAMESPACE, *self.values(self.root),
-                            "--wait", "--timeout", "300s").stdout
+            release = self.release(binary)
+            out = self.helm(release, release.upgrade(str(chart), *self.values(self.root),
+                                                     "--wait", "--timeout", "300s")).stdout
             self.kube.kubectl("wait", "--for=condition=Available", "--timeout=120s", "deployment", "--all",
                               "-n", NAMESPACE, timeout=150)
             time.sleep(2)  # a few admitted samples after the rollout
@@ -309,12 +315,13 @@ class UpgradeTest:
         return f"{len(names)} TrainJobs started before the upgrade ended Complete"
 
     def rollback(self, binary: str) -> str:
-        history = json.loads(self.helm(binary, "history", RELEASE, "-n", NAMESPACE, "-o", "json").stdout or "[]")
+        release = self.release(binary)
+        history = json.loads(self.helm(release, release.history()).stdout or "[]")
         if len(history) < 2:
             raise UserError(f"helm history of {RELEASE} has {len(history)} revision(s); nothing to roll back to")
         target = str(history[-2]["revision"])
         before = snapshot(self.kube)
-        self.helm(binary, "rollback", RELEASE, target, "-n", NAMESPACE, "--wait", "--timeout", "300s")
+        self.helm(release, release.rollback(target, "--wait", "--timeout", "300s"))
         self.kube.kubectl("wait", "--for=condition=Available", "--timeout=120s", "deployment", "--all",
                           "-n", NAMESPACE, timeout=150)
         self.wait_admitted(f"{binary} rollback", 60)
@@ -335,7 +342,8 @@ class UpgradeTest:
                 + (f"; removed with N: {', '.join(sorted(r.rsplit('/', 1)[-1] for r in added))}" if added else ""))
 
     def uninstall(self, binary: str) -> str:
-        self.helm(binary, "uninstall", RELEASE, "-n", NAMESPACE, "--wait", "--timeout", "180s")
+        release = self.release(binary)
+        self.helm(release, release.uninstall("--wait", "--timeout", "180s"))
         if self.after_uninstall is not None:
             self.after_uninstall()
         self.kube.kubectl("delete", "trainjobs", "--all", "-n", JOBS_NS, "--wait=true", "--timeout=120s",

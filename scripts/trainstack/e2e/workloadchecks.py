@@ -12,6 +12,7 @@ import yaml
 
 from .. import kubeapi
 from ..cluster.local import FAIL_LABEL
+from ..jsontypes import dig
 from .base import FRAMEWORK_LABEL, GROUP, SMOKE_NS, VERSION, Outcome, SuiteFailure, said_line, terminal_state
 from .smokejobs import (
     SmokeJob,
@@ -32,8 +33,8 @@ def stopped_at_success(jobset: dict[str, Any]) -> set[str]:
     """The replicated jobs of a Completed JobSet whose Jobs JobSet may have deleted: those its success policy
     does not wait for (an MPI runtime's node pods, running sshd, are stopped once the launcher succeeds)."""
     done = any(c.get("type") == "Completed" and c.get("status") == "True"
-               for c in (jobset.get("status") or {}).get("conditions") or [])
-    targets = set(((jobset["spec"].get("successPolicy") or {}).get("targetReplicatedJobs")) or [])
+               for c in dig(jobset, "status", "conditions") or [])
+    targets = set(dig(jobset["spec"], "successPolicy", "targetReplicatedJobs") or [])
     if not done or not targets:
         return set()
     return {rj["name"] for rj in jobset["spec"]["replicatedJobs"]} - targets
@@ -76,10 +77,10 @@ class WorkloadChecks(SuiteState):
             if not owners or owners[0].get("name") != job.name or not owners[0].get("controller"):
                 raise SuiteFailure(f"JobSet {job.name} is not controlled by TrainJob {job.name}")
             mine = [
-                j for j in jobs if (j["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name
+                j for j in jobs if dig(j["metadata"], "labels", "jobset.sigs.k8s.io/jobset-name") == job.name
             ]
             wanted = {rj["name"] for rj in jobset["spec"]["replicatedJobs"]} - stopped_at_success(jobset)
-            got = {(j["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/replicatedjob-name") for j in mine}
+            got = {dig(j["metadata"], "labels", "jobset.sigs.k8s.io/replicatedjob-name") for j in mine}
             if wanted - got:
                 raise SuiteFailure(f"JobSet {job.name}: no Job for replicatedJob(s) {', '.join(sorted(wanted - got))}")
             total += len(mine)
@@ -93,7 +94,7 @@ class WorkloadChecks(SuiteState):
             if not want:
                 continue
             mine = [
-                p for p in pods if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name
+                p for p in pods if dig(p["metadata"], "labels", "jobset.sigs.k8s.io/jobset-name") == job.name
             ]
             carriers = [
                 p
@@ -132,7 +133,7 @@ class WorkloadChecks(SuiteState):
         counts = {"gpu": 0, "cpu": 0}
         for job in self.jobs:
             mine = [
-                p for p in pods if (p["metadata"].get("labels") or {}).get("jobset.sigs.k8s.io/jobset-name") == job.name
+                p for p in pods if dig(p["metadata"], "labels", "jobset.sigs.k8s.io/jobset-name") == job.name
             ]
             wanted = accelerators(job.runtime)
             selector = node_selector(job.runtime)
@@ -234,7 +235,7 @@ class WorkloadChecks(SuiteState):
             if simulated:
                 meta = job_spec.setdefault("template", {}).setdefault("metadata", {})
                 meta.setdefault("labels", {})[FAIL_LABEL] = "true"
-        labels = {FRAMEWORK_LABEL: (base["metadata"].get("labels") or {}).get(FRAMEWORK_LABEL, "torch")}
+        labels = {FRAMEWORK_LABEL: dig(base["metadata"], "labels", FRAMEWORK_LABEL, default="torch")}
         return {
             "apiVersion": f"{GROUP}/{VERSION}",
             "kind": "TrainingRuntime",
@@ -259,8 +260,8 @@ class WorkloadChecks(SuiteState):
 
         def exit_codes(pods: dict[str, dict[str, Any]]) -> list[int] | None:
             codes = sorted({c["state"]["terminated"]["exitCode"] for pod in pods.values()
-                            for c in (pod.get("status") or {}).get("containerStatuses") or []
-                            if (c.get("state") or {}).get("terminated")})
+                            for c in dig(pod, "status", "containerStatuses") or []
+                            if dig(c, "state", "terminated")})
             return codes or None
 
         # watched while the pod exists: once the JobSet has failed, its Jobs (and their pods) may be gone

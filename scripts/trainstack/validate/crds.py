@@ -25,6 +25,7 @@ from typing import Any
 from .. import chartpack, deps, paths, tools, yamlio
 from .. import lock as lockmod
 from ..errors import UserError
+from ..jsontypes import dig
 from . import formats
 
 # The structural keywords the Python walker (defaults, list maps, CEL, embedded resources) reads.
@@ -136,12 +137,12 @@ def kinds_of(crd: dict, origin: str) -> list[dict[str, Any]]:
     if not isinstance(group, str) or not isinstance(kind, str):
         return []
     out = []
-    top_schema = (spec.get("validation") or {}).get("openAPIV3Schema")
+    top_schema = dig(spec, "validation", "openAPIV3Schema")
     for version in spec.get("versions") or []:
         if not isinstance(version, dict) or not version.get("served", True) or not isinstance(version.get("name"), str):
             continue
-        schema = ((version.get("schema") or {}).get("openAPIV3Schema")) or top_schema or {"type": "object",
-                                                                                          "x-kubernetes-preserve-unknown-fields": True}
+        schema = dig(version, "schema", "openAPIV3Schema") or top_schema or {"type": "object",
+                                                                             "x-kubernetes-preserve-unknown-fields": True}
         subresources = version.get("subresources") or spec.get("subresources") or {}
         out.append({
             "apiVersion": f"{group}/{version['name']}",
@@ -151,7 +152,7 @@ def kinds_of(crd: dict, origin: str) -> list[dict[str, Any]]:
             "plural": names.get("plural") or kind.lower() + "s",
             "namespaced": spec.get("scope", "Namespaced") == "Namespaced",
             "origin": origin,
-            "crd": (crd.get("metadata") or {}).get("name", ""),
+            "crd": dig(crd, "metadata", "name", default=""),
             "status_subresource": "status" in subresources,
             "structural": strip(schema),
         })

@@ -16,6 +16,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from ..jsontypes import dig
+
 # list field -> merge key (patchStrategy merge); any other list is replaced.
 MERGE_KEYS = {
     "replicatedJobs": "name",  # JobSetSpec
@@ -67,7 +69,7 @@ def merged_runtime_spec(runtime_spec: dict, trainjob_spec: dict) -> dict:
     jobset: dict = template["spec"] if isinstance(template.get("spec"), dict) else {}
     order = {rj.get("name"): i for i, rj in enumerate(jobset.get("replicatedJobs") or []) if isinstance(rj, dict)}
     for patch in trainjob_spec.get("runtimePatches") or []:
-        spec = ((patch or {}).get("trainingRuntimeSpec") or {}).get("template") or {}
+        spec = dig(patch, "trainingRuntimeSpec", "template") or {}
         if isinstance(spec, dict) and isinstance(spec.get("spec"), dict):
             jobset = strategic_merge(jobset, spec["spec"])
     jobs = jobset.get("replicatedJobs")
