@@ -141,12 +141,3 @@ def _cmd(args: argparse.Namespace) -> int:
         progress.info(f"backup: {sum(counts.values())} objects ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}) "
                       f"in {out}; restore: kubectl apply --server-side -f {out}")
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("backup", help="clean manifests of every TrainJob, runtime and team object (restorable)")
-    parser.add_argument("-o", "--out", help="folder to write (numbered files, restore order); default: standard output")
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
-    parser.add_argument("--context", help="kube context (default: the current one)")
-    parser.add_argument("--output", choices=["text", "json"], default="text", help="summary format with -o")
-    parser.set_defaults(func=_cmd)

@@ -1,9 +1,5 @@
-"""Argument parsing every command shares: the parser that turns wrong usage into one line and exit 2,
-and `group` for a command of subcommands.
-
-In the core layer so that a feature registering its own subcommands (release, teams, ...) needs
-nothing from the cli layer above it.
-"""
+"""The parser every command shares: wrong usage becomes one line and exit 2 (a UsageError) that
+names the help of the (sub)command used wrongly, not argparse's usage text and exit."""
 
 from __future__ import annotations
 
@@ -18,11 +14,3 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(message, f"see '{self.prog} --help'")
-
-
-def group(sub: argparse._SubParsersAction, name: str, help: str) -> argparse._SubParsersAction:
-    """`trainstack NAME ...`: a command of subcommands (chosen subcommand in args.NAME_command)."""
-    parser = sub.add_parser(name, help=help)
-    subparsers: argparse._SubParsersAction = parser.add_subparsers(dest=f"{name}_command", required=True,
-                                                                   parser_class=type(parser))
-    return subparsers

@@ -241,13 +241,3 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         return 1
     print(f"verify: every generated file is up to date ({seconds:.0f} s)")
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    steps = "; ".join(s.writes for s in STEPS)
-    gen_p = sub.add_parser("generate", help=f"regenerate every generated file (make generate): {steps}")
-    gen_p.set_defaults(func=_cmd_generate)
-    ver_p = sub.add_parser("verify", help="regenerate every generated file in a scratch copy of the checkout and "
-                                          "fail naming each one that differs from the working tree (make verify)")
-    ver_p.add_argument("--keep", help="copy the regenerated scratch tree to this folder (to diff it yourself)")
-    ver_p.set_defaults(func=_cmd_verify)

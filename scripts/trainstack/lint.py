@@ -332,11 +332,3 @@ def _cmd(args: argparse.Namespace) -> int:
             for problem in check.problems:
                 print(f"  {problem}")
     return 0 if all(c.ok for c in checks) else 1
-
-
-def register(sub) -> None:
-    parser = sub.add_parser("lint", help="ruff, helm lint --strict, the layer contract and mypy (all pinned)")
-    parser.add_argument("--check", action="append", choices=CHECKS,
-                        help="run only this check (repeatable; default: all)")
-    parser.add_argument("--output", choices=["text", "json"], default="text")
-    parser.set_defaults(func=_cmd)

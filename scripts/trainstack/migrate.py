@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from . import api, cmdline, deps, helm, paths, proc, progress, tools, yamlio
+from . import api, deps, helm, paths, proc, progress, tools, yamlio
 from . import lock as lockmod
 from . import render as rendermod
 from .errors import UserError
@@ -284,17 +284,3 @@ def _cmd(args: argparse.Namespace) -> int:
     migration.execute(actions, rendered)
     progress.info(f"release {args.release} handed over to {TRAINSTACK_RELEASE}; CRDs and TrainJobs kept")
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    msub = cmdline.group(sub, "migrate", "hand a cluster over to trainstack (from upstream's kubeflow-trainer chart)")
-    up = msub.add_parser("from-upstream", help="take over a kubeflow-trainer release without deleting CRDs or "
-                                               "TrainJobs (prints the plan first; --dry-run stops there)")
-    up.add_argument("--release", required=True, help="name of the upstream kubeflow-trainer release")
-    up.add_argument("--namespace", help="its namespace (default: found with helm list -A)")
-    up.add_argument("--env", default="dev", help="overlay whose values trainstack is installed with (default dev)")
-    up.add_argument("--kubeconfig", help="kubeconfig (default: kubectl's)")
-    up.add_argument("--context", help="kube context (default: the current one)")
-    up.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    up.add_argument("--output", choices=["text", "json"], default="text")
-    up.set_defaults(func=_cmd)

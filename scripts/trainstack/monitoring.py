@@ -483,11 +483,3 @@ def _cmd_metrics(args) -> int:
     rows = [(exporter, metric, origin) for exporter in wanted for metric, origin in sorted(known[exporter].items())]
     progress.table("metrics the pinned exporters define", ["exporter", "metric", "defined in"], rows)
     return 0
-
-
-def register(sub) -> None:
-    parser = sub.add_parser(
-        "metrics", help="metric names the pinned controllers, kube-state-metrics and the tracking server define")
-    parser.add_argument("exporter", nargs="?", choices=[*CONTROLLERS, "kube-state-metrics", "blackbox-exporter", TRACKING])
-    parser.add_argument("--output", choices=["text", "json"], default="text")
-    parser.set_defaults(func=_cmd_metrics)

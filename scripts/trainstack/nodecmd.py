@@ -122,14 +122,3 @@ def running_nodes() -> list[dict[str, Any]]:
                                                                                                  "netns", "logs")},
                         "parts": parts})
     return out
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("node", help="the local cluster's real node: host packages and pinned parts")
-    sub = parser.add_subparsers(dest="node_command", required=True)
-    prereqs = sub.add_parser("prereqs", help="install the pinned Debian packages the real node uses (apt-get)")
-    prereqs.add_argument("--check", action="store_true", help="only report what is missing (exit 1 if anything)")
-    prereqs.add_argument("--output", choices=("text", "json"), default="text")
-    status = sub.add_parser("status", help="list the real node's pinned parts and whether each is installed")
-    status.add_argument("--output", choices=("text", "json"), default="text")
-    parser.set_defaults(func=_cmd)

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from . import chartpack, cmdline, deps, helm, paths, proc, progress, release, yamlio
+from . import chartpack, deps, helm, paths, proc, progress, release, yamlio
 from . import lock as lockmod
 from .errors import UsageError, UserError, output_line
 
@@ -198,30 +198,6 @@ def _cmd(args: argparse.Namespace) -> int:
         progress.table("trainstack chart publish", ["chart", "version", "digest", "result"],
                        [(result.reference, result.version, result.digest, result.action)])
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    csub = cmdline.group(sub, "chart", "the umbrella chart as an artifact")
-    pub = csub.add_parser("publish", help="package charts/trainstack (dependencies and CRDs included) and push it "
-                                          "to an OCI registry with the pinned helm; never overwrites a version")
-    pub.add_argument("--registry", help="where to push: oci://HOST[:PORT]/PATH (default: releases.yaml's "
-                                        "chartRepository, which the environments name)")
-    pub.add_argument("--plain-http", action="store_true", help="the registry speaks plain HTTP (loopback only)")
-    pub.add_argument("--output", choices=["text", "json"], default="text")
-    pub.add_argument("--sign", metavar="KEY", help="also push helm provenance (NAME-VERSION.tgz.prov) signed by this "
-                                                   "gpg key (user ID or fingerprint; GNUPGHOME selects the keyring)")
-    pub.set_defaults(func=_cmd)
-    pkg = csub.add_parser("package", help="package charts/trainstack (dependencies and CRDs included) reproducibly "
-                                          "into one archive stock helm installs; optionally with provenance")
-    pkg.add_argument("-d", "--destination", default="dist", help="folder for the archive (default dist/)")
-    pkg.add_argument("--sign", metavar="KEY", help="write NAME-VERSION.tgz.prov beside it, signed by this gpg key "
-                                                   "(`helm verify --keyring PUBRING` / `helm install --verify` check it)")
-    pkg.set_defaults(func=_package_cmd)
-    img = csub.add_parser("images", help="every image an environment's install runs (and its `helm test`), one per "
-                                         "line (with its digest where the lock pins one): the list to mirror")
-    img.add_argument("--env", default="prod", help="overlay whose values decide the images (default prod)")
-    img.set_defaults(func=_images_cmd)
-
 
 
 TEST_TEMPLATE = "templates/platform-test.yaml"

@@ -141,15 +141,3 @@ def _cmd(args: argparse.Namespace) -> int:
         if args.out:
             progress.info(f"wrote {len(jobs)} TrainJob(s) to {args.out}")
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("convert", help="Training Operator v1 jobs (PyTorchJob, MPIJob, XGBoostJob, JAXJob, "
-                                            "PaddleJob) to TrainJobs on the golden runtimes")
-    parser.add_argument("files", nargs="+", metavar="FILE", help="v1 manifests: files, folders, or - for stdin")
-    parser.add_argument("-o", "--out", metavar="DIR", help="write one TrainJob file per object here (default stdout)")
-    parser.add_argument("--env", default="dev", help="environment whose golden runtimes the TrainJobs use (default dev)")
-    parser.add_argument("--runtime", help="golden runtime for every object (default: by framework and accelerator)")
-    parser.add_argument("--output", choices=["text", "json"], default="text",
-                        help="text: TrainJobs on stdout, report on stderr; json: both as one JSON document")
-    parser.set_defaults(func=_cmd)

@@ -1,0 +1,15 @@
+"""`trainstack backup`: clean, restorable manifests of a cluster's TrainJobs, runtimes and teams."""
+
+from __future__ import annotations
+
+import argparse
+
+from .. import backup
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("-o", "--out", help="folder to write (numbered files, restore order); default: standard output")
+    parser.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
+    parser.add_argument("--context", help="kube context (default: the current one)")
+    parser.add_argument("--output", choices=["text", "json"], default="text", help="summary format with -o")
+    parser.set_defaults(func=backup._cmd)
