@@ -1,4 +1,4 @@
-"""`trainstack backup [-o DIR] [--kubeconfig FILE] [--context NAME] [--output text|json]`.
+"""`trainstack backup [--out-dir DIR] [--kubeconfig FILE] [--context NAME] [--output text|json]`.
 
 Writes every TrainJob, TrainingRuntime and ClusterTrainingRuntime of the cluster, the teams'
 objects (Namespace, ResourceQuota, LimitRange, RoleBindings and, with Kueue, the queues: what
@@ -7,7 +7,7 @@ clean manifests: no status, none of the fields the server or a controller sets (
 resourceVersion, generation, creationTimestamp, managedFields, ownerReferences, finalizers,
 last-applied annotations). `kubectl apply --server-side -f DIR` restores them (docs/upgrade.md):
 the files are numbered so that Namespaces come before what lives in them and runtimes before the
-TrainJobs that use them. Without -o the manifests go to standard output as one YAML stream.
+TrainJobs that use them. Without --out-dir the manifests go to standard output as one YAML stream.
 
 A restored TrainJob has no status: one that had finished runs again unless it is restored
 suspended, which is why TrainJobs are written last and in their own file.
@@ -132,7 +132,7 @@ def _cmd(args: argparse.Namespace) -> int:
         return 0
     out = Path(args.out)
     if out.exists() and not out.is_dir():
-        raise UserError(f"{out} exists and is not a folder", "pass -o a folder (it is created when missing)",
+        raise UserError(f"{out} exists and is not a folder", "pass --out-dir a folder (it is created when missing)",
                         exit_code=2)
     paths = write(files, out)
     if args.output == "json":

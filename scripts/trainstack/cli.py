@@ -8,11 +8,12 @@ and leave as one line on stderr with the error's exit code (errors.py: 2 for wro
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import traceback
 
-from . import __version__, commands
+from . import __version__, cmdline, commands
 from .cmdline import Parser
 from .errors import INTERNAL_ERROR, UserError
 
@@ -28,11 +29,16 @@ def build_parser(argv: list[str] | None = None, every: bool = False) -> argparse
 
 
 def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    args = None
     try:
-        args = build_parser(argv).parse_args(argv)
+        args = build_parser(words).parse_args(words)
         return int(args.func(args) or 0)
     except UserError as err:
         print(err.one_line(), file=sys.stderr)
+        if cmdline.wants_json(words, args):  # --output json: the failure as data on stdout too
+            print(json.dumps({"error": {"message": err.message, "hint": err.hint, "exit_code": err.exit_code}},
+                             indent=2))
         return err.exit_code
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)

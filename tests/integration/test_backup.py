@@ -17,7 +17,7 @@ def test_unreachable_cluster_is_one_line(tmp_path) -> None:
         "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
         "current-context: x\n")
     result = subprocess.run([sys.executable, "-m", "trainstack", "backup", "--kubeconfig", str(kubeconfig),
-                             "-o", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+                             "--out-dir", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach the cluster"), result.stderr

@@ -12,6 +12,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from .. import cmdline
+
 __all__ = ["COMMANDS", "build", "chosen"]
 
 # name: (module under trainstack.commands, help); in the order of `trainstack --help`
@@ -58,3 +60,4 @@ def build(sub: argparse._SubParsersAction, only: str | None, every: bool = False
         parser = sub.add_parser(name, help=help)
         if every or name == only:
             importlib.import_module(f"{__name__}.{module}").configure(parser)
+            cmdline.add_output(parser)  # the convention: -o/--output text|json on every command

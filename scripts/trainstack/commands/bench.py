@@ -50,5 +50,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              "kubernetes.version and kubernetes.matrix)")
     matrix.add_argument("--matrix-parts", metavar="LIST",
                         help="parts per release, comma-separated (default build,validate,e2e,upgrade,kube-upgrade,real)")
-    parser.add_argument("--results-dir", type=Path, help="write results here (default bench/results)")
+    parser.add_argument("--out-dir", dest="results_dir", metavar="DIR", type=Path, help="write results here (default bench/results)")
     parser.set_defaults(func=bench.run)

@@ -17,7 +17,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--charts-only", action="store_true",
                         help="only what a render needs (the subcharts and crds/): skip fetching the lock's other "
                         "sources ahead of time (the GitOps plugin's init)")
-    parser.add_argument("--output", choices=["text", "json"], default="text")
+    parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     parser.set_defaults(func=run)
 
 

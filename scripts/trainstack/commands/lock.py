@@ -15,7 +15,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="check: the lock is sound and every file carries its versions; sync: write them "
                         "(Chart.yaml, values.yaml image keys, the chart README header, pyproject.toml)")
     parser.add_argument("--check", action="store_true", help="sync: write nothing, fail when a file is stale")
-    parser.add_argument("--output", choices=["text", "json"], default="text")
+    parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     parser.set_defaults(func=run)
 
 

@@ -17,5 +17,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
     up.add_argument("--kubeconfig", help="kubeconfig (default: kubectl's)")
     up.add_argument("--context", help="kube context (default: the current one)")
     up.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    up.add_argument("--output", choices=["text", "json"], default="text")
+    up.add_argument("-o", "--output", choices=["text", "json"], default="text")
     up.set_defaults(func=migrate._cmd)

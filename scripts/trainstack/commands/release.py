@@ -11,9 +11,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     rsub = parser.add_subparsers(dest="release_command", required=True)
     check_p = rsub.add_parser("check", help="fail when the chart changed since the last release but its version "
                                             "or the changelog did not")
-    check_p.add_argument("--output", choices=["text", "json"], default="text")
+    check_p.add_argument("-o", "--output", choices=["text", "json"], default="text")
     list_p = rsub.add_parser("list", help="the releases, newest first")
-    list_p.add_argument("--output", choices=["text", "json"], default="text")
+    list_p.add_argument("-o", "--output", choices=["text", "json"], default="text")
     changelog_p = rsub.add_parser("changelog", help="write CHANGELOG.md from releases.yaml")
     changelog_p.add_argument("--check", action="store_true", help="fail when CHANGELOG.md is stale")
     cut_p = rsub.add_parser("cut", help="record the next release as cut from a commit (default HEAD)")

@@ -31,7 +31,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     train.add_argument("--workdir", help="new or empty folder for logs and the checkpoint (kept); default: a "
                                          "temporary folder, removed after a successful run")
     train.add_argument("--keep", action="store_true", help="keep the temporary folder after success")
-    train.add_argument("--output", choices=["text", "json"], default="text")
+    train.add_argument("-o", "--output", choices=["text", "json"], default="text")
     train.add_argument("script_args", nargs="*", metavar="-- ARGS", help="extra arguments for train_ddp.py")
     train.set_defaults(func=smoke._cmd_train)
 

@@ -23,5 +23,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
                              f"log while its pods exist (the {status.RUNS_LIMIT} newest TrainJobs; needs get on pods/log)")
     parser.add_argument("--tracking-url", default=os.environ.get("MLFLOW_TRACKING_URI", ""), metavar="URL",
                         help="with --runs: link each run under this MLflow address (default: MLFLOW_TRACKING_URI)")
-    parser.add_argument("--output", choices=["text", "json"], default="text")
+    parser.add_argument("-o", "--output", choices=["text", "json"], default="text")
     parser.set_defaults(func=status._cmd_status)

@@ -27,5 +27,5 @@ def configure(parser: argparse.ArgumentParser) -> None:
     add_p.add_argument("--namespace", help="namespace (default: the team name)")
     add_p.add_argument("--runtimes", action="append", help="golden runtimes it may use (default: all)")
     add_p.add_argument("--own-runtimes", action="store_true", help="may define its own TrainingRuntimes")
-    add_p.add_argument("--output", choices=["text", "json"], default="text")
+    add_p.add_argument("-o", "--output", choices=["text", "json"], default="text")
     add_p.set_defaults(func=teams._cmd_team)

@@ -19,7 +19,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     install_p.add_argument("--jobs", type=int, metavar="N",
                            help="build up to N tools at once (default 2; 1: one after another)")
     list_p = sub.add_parser("list", help="tool, pinned version, path, status")
-    list_p.add_argument("--output", choices=["text", "json"], default="text")
+    list_p.add_argument("-o", "--output", choices=["text", "json"], default="text")
     parser.set_defaults(func=run)
 
 

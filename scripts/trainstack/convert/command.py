@@ -1,7 +1,7 @@
-"""`trainstack convert FILE... [--env ENV] [-o DIR] [--runtime NAME] [--output text|json]`.
+"""`trainstack convert FILE... [--env ENV] [--out-dir DIR] [--runtime NAME] [--output text|json]`.
 
 Reads v1 job manifests (files, folders, `-` for standard input), writes the TrainJobs as one YAML
-stream on stdout (or one file each under -o DIR) and reports, per object, every field that was
+stream on stdout (or one file each under --out-dir DIR) and reports, per object, every field that was
 not carried over and why (stderr in text mode; with --output json, one JSON document on stdout).
 A file that is not YAML, an object of a kind it does not know, or an object that has no golden
 runtime is one error line naming the file and the object; then nothing is written.

@@ -22,7 +22,7 @@ def record(tmp_path_factory) -> dict:
         pytest.skip("kubectl-validate is the bench tier's (make setup-bench, about 5 min cold): not built here")
     out = tmp_path_factory.mktemp("bench-validate")
     done = subprocess.run([sys.executable, "-m", "trainstack", "bench", "validate", "--docs", "400", "--runs", "1",
-                           "--results-dir", str(out)], check=False, capture_output=True, text=True, cwd=ROOT,
+                           "--out-dir", str(out)], check=False, capture_output=True, text=True, cwd=ROOT,
                           env=dict(os.environ, TRAINSTACK_ROOT=str(ROOT)), timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads((out / "validate.json").read_text())
