@@ -15,14 +15,12 @@ suspended, which is why TrainJobs are written last and in their own file.
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import api, progress
+from . import api
 from . import lock as lockmod
 from .errors import UserError, output_line
 from .kubectl import Kubectl
@@ -118,26 +116,3 @@ def write(files: dict[str, list[dict[str, Any]]], out: Path) -> list[Path]:
                         + yaml.safe_dump_all(objs, sort_keys=False))
         written.append(path)
     return written
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    cluster = Cluster(args.kubeconfig, args.context)
-    files = collect(cluster)
-    counts: dict[str, int] = {}
-    for objs in files.values():
-        for o in objs:
-            counts[o["kind"]] = counts.get(o["kind"], 0) + 1
-    if args.out is None:
-        print(yaml.safe_dump_all([o for _, objs in sorted(files.items()) for o in objs], sort_keys=False), end="")
-        return 0
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out} exists and is not a folder", "pass --out-dir a folder (it is created when missing)",
-                        exit_code=2)
-    paths = write(files, out)
-    if args.output == "json":
-        print(json.dumps({"dir": str(out), "files": [str(p) for p in paths], "objects": counts}, indent=2))
-    else:
-        progress.info(f"backup: {sum(counts.values())} objects ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}) "
-                      f"in {out}; restore: kubectl apply --server-side -f {out}")
-    return 0

@@ -9,12 +9,11 @@ The layers live in layers.toml at the repository root; docs/architecture.md expl
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -318,17 +317,3 @@ def run(lock: lockmod.Lock | None = None, only: list[str] | None = None) -> list
     if "mypy" in wanted:
         checks.append(mypy_check(lock))
     return checks
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    checks = run(only=args.check)
-    if args.output == "json":
-        print(json.dumps([asdict(c) | {"ok": c.ok} for c in checks], indent=2))
-    else:
-        for check in checks:
-            status = f"skipped: {check.skipped}" if check.skipped else (
-                "ok" if check.ok else f"{len(check.problems)} problem(s)")
-            print(f"{check.name}: {status}")
-            for problem in check.problems:
-                print(f"  {problem}")
-    return 0 if all(c.ok for c in checks) else 1

@@ -29,16 +29,15 @@ a post-install hook Job. The handover, in order:
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import api, deps, helm, paths, proc, progress, tools, yamlio
+from . import api, deps, helm, paths, proc, progress, yamlio
 from . import lock as lockmod
 from . import render as rendermod
 from .errors import UserError
@@ -264,23 +263,3 @@ class Migration:
                 raise UserError(f"golden runtimes missing after install: {', '.join(sorted(golden - have))}",
                                 "upstream's runtimes were not removed; fix and run the migration again")
             time.sleep(1)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    tools.require("helm")
-    migration = Migration(args.release, args.namespace, args.env,
-                          Path(args.kubeconfig) if args.kubeconfig else None, args.context)
-    actions, rendered = migration.plan()
-    if args.output == "json":
-        print(json.dumps({"release": args.release, "namespace": migration.namespace, "dry_run": args.dry_run,
-                          "actions": [asdict(a) for a in actions]}, indent=2))
-    else:
-        progress.table(f"handover of release {migration.namespace}/{args.release} to trainstack"
-                       + (" (dry run: nothing changed)" if args.dry_run else ""),
-                       ["step", "target", "why"], [(a.step, a.target, a.why) for a in actions],
-                       to_stderr=not args.dry_run)
-    if args.dry_run:
-        return 0
-    migration.execute(actions, rendered)
-    progress.info(f"release {args.release} handed over to {TRAINSTACK_RELEASE}; CRDs and TrainJobs kept")
-    return 0

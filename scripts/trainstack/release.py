@@ -17,19 +17,16 @@ release's commit; it is a convenience, not the record.
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import itertools
-import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import paths, proc, progress, yamlio
-from . import render as rendermod
+from . import paths, proc, yamlio
 from .errors import UserError, output_line
 
 RELEASES_FILE = "releases.yaml"
@@ -455,48 +452,3 @@ def cut(root: Path | None = None, commit_ref: str = "HEAD", today: str | None = 
 
 
 # -- CLI --------------------------------------------------------------------------------------
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    root = paths.repo_root()
-    if args.release_command == "changelog":
-        stale = write_changelog(root, check=args.check)
-        if args.check and stale:
-            print(f"stale: {root / CHANGELOG_FILE} (run 'trainstack release changelog')")
-            return 1
-        if not args.check:
-            progress.info(f"{root / CHANGELOG_FILE}: {'written' if stale else 'up to date'}")
-        return 0
-    if args.release_command == "list":
-        releases = load(releases_path(root))
-        if args.output == "json":
-            print(json.dumps([asdict(r) for r in releases], indent=2))
-        else:
-            progress.table("releases", ["version", "date", "commit", "breaking"],
-                           [(r.version, r.date or "unreleased", r.commit[:12] or "-", "yes" if r.breaking else "")
-                            for r in releases])
-        return 0
-    if args.release_command == "crds":
-        if not (root / "overlays" / args.env / "kustomization.yaml").is_file():
-            raise UserError(f"no environment '{args.env}': {root / 'overlays' / args.env} has no kustomization.yaml",
-                            exit_code=2)
-        values = rendermod.value_args(args.env, root=root) + [a for f in args.values for a in ("-f", f)]
-        print(yaml.safe_dump_all(rendermod.rendered_crds(paths.chart_dir(), values), sort_keys=False), end="")
-        return 0
-    if args.release_command == "cut":
-        release = cut(root, args.commit)
-        progress.info(f"release {release.version} recorded as cut from {release.commit}; commit releases.yaml "
-                      f"and CHANGELOG.md, and tag it if you like: git tag v{release.version} {release.commit}")
-        return 0
-    result = check(root)
-    if args.output == "json":
-        print(json.dumps({**asdict(result), "ok": result.ok}, indent=2))
-    else:
-        for problem in result.problems:
-            print(f"- {problem}")
-        if result.ok:
-            state = (f"{len(result.changed)} chart file(s) changed since, for {result.chart_version}"
-                     if result.changed else "the chart is unchanged since")
-            print(f"release check: ok (chart {result.chart_version}; last release {result.last_release} "
-                  f"at {result.last_commit[:12]}; {state})")
-    return 0 if result.ok else 1
