@@ -46,8 +46,9 @@ $(STAMP): pyproject.toml scripts/trainstack/_version.py trainstack.lock.yaml
 venv: $(STAMP) ## create .venv with the trainstack package
 
 setup-chart: venv ## the chart tier: helm v4 and v3, kustomize and the chart dependencies (enough for render, validate, docs)
-	$(TS) tools install --tier chart
-	$(TS) deps
+	@echo '$(TS) tools install --tier chart && $(TS) deps' >&2  # stderr: make render's stdout stays clean YAML
+	@$(TS) tools install --tier chart >&2
+	@$(TS) deps >&2
 
 setup-kind: setup-chart ## what `make e2e PROVIDER=kind` needs where Docker answers (users' CI): setup-chart + kind; no Debian packages, no Kubernetes build
 	$(TS) tools install kind
@@ -63,14 +64,14 @@ tools: venv ## build the pinned CLIs into ~/.cache/trainstack
 deps: venv ## chart dependencies (OCI, else pinned upstream source)
 	$(TS) deps
 
-render: setup-chart ## render ENV (default dev) to stdout
-	$(TS) render --env $(ENV)
+render: setup-chart ## render ENV (default dev) to stdout: clean YAML (the setup's output goes to stderr)
+	@$(TS) render --env $(ENV)
 
 validate: setup-chart ## validate ENV (default dev): schemas, CRD CEL rules, formats, admission policies
 	$(TS) validate --env $(ENV) --policies
 
 chart: setup-chart ## the chart as one reproducible archive in dist/ (dependencies and CRDs inside); SIGN=KEY adds helm provenance signed by that gpg key
-	$(TS) chart package -d dist $(if $(SIGN),--sign $(SIGN))
+	$(TS) chart package --out-dir dist $(if $(SIGN),--sign $(SIGN))
 
 docs: venv ## regenerate generated docs (chart README, README tables, values.schema.json)
 	$(TS) docs

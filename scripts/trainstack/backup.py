@@ -1,4 +1,4 @@
-"""`trainstack backup [-o DIR] [--kubeconfig FILE] [--context NAME] [--output text|json]`.
+"""`trainstack backup [--out-dir DIR] [--kubeconfig FILE] [--context NAME] [--output text|json]`.
 
 Writes every TrainJob, TrainingRuntime and ClusterTrainingRuntime of the cluster, the teams'
 objects (Namespace, ResourceQuota, LimitRange, RoleBindings and, with Kueue, the queues: what
@@ -7,7 +7,7 @@ clean manifests: no status, none of the fields the server or a controller sets (
 resourceVersion, generation, creationTimestamp, managedFields, ownerReferences, finalizers,
 last-applied annotations). `kubectl apply --server-side -f DIR` restores them (docs/upgrade.md):
 the files are numbered so that Namespaces come before what lives in them and runtimes before the
-TrainJobs that use them. Without -o the manifests go to standard output as one YAML stream.
+TrainJobs that use them. Without --out-dir the manifests go to standard output as one YAML stream.
 
 A restored TrainJob has no status: one that had finished runs again unless it is restored
 suspended, which is why TrainJobs are written last and in their own file.
@@ -15,14 +15,12 @@ suspended, which is why TrainJobs are written last and in their own file.
 
 from __future__ import annotations
 
-import argparse
-import json
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import api, progress
+from . import api
 from . import lock as lockmod
 from .errors import UserError, output_line
 from .kubectl import Kubectl
@@ -118,35 +116,3 @@ def write(files: dict[str, list[dict[str, Any]]], out: Path) -> list[Path]:
                         + yaml.safe_dump_all(objs, sort_keys=False))
         written.append(path)
     return written
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    cluster = Cluster(args.kubeconfig, args.context)
-    files = collect(cluster)
-    counts: dict[str, int] = {}
-    for objs in files.values():
-        for o in objs:
-            counts[o["kind"]] = counts.get(o["kind"], 0) + 1
-    if args.out is None:
-        print(yaml.safe_dump_all([o for _, objs in sorted(files.items()) for o in objs], sort_keys=False), end="")
-        return 0
-    out = Path(args.out)
-    if out.exists() and not out.is_dir():
-        raise UserError(f"{out} exists and is not a folder", "pass -o a folder (it is created when missing)",
-                        exit_code=2)
-    paths = write(files, out)
-    if args.output == "json":
-        print(json.dumps({"dir": str(out), "files": [str(p) for p in paths], "objects": counts}, indent=2))
-    else:
-        progress.info(f"backup: {sum(counts.values())} objects ({', '.join(f'{v} {k}' for k, v in sorted(counts.items()))}) "
-                      f"in {out}; restore: kubectl apply --server-side -f {out}")
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("backup", help="clean manifests of every TrainJob, runtime and team object (restorable)")
-    parser.add_argument("-o", "--out", help="folder to write (numbered files, restore order); default: standard output")
-    parser.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
-    parser.add_argument("--context", help="kube context (default: the current one)")
-    parser.add_argument("--output", choices=["text", "json"], default="text", help="summary format with -o")
-    parser.set_defaults(func=_cmd)

@@ -15,7 +15,6 @@ would change it.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import shutil
@@ -26,8 +25,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import paths, proc, progress
+from . import chartdocs, kueueconfig, locksync, overlaysync, paths, proc, release
+from . import lock as lockmod
 from .errors import UserError, output_line
+from .validate import review
 
 # Built by `trainstack deps` (git ignores them): the renders read them, verify copies them too (about 5 MB).
 BUILD_OUTPUTS = ("charts/trainstack/charts", "charts/trainstack/crds")
@@ -49,8 +50,6 @@ def _rooted_at(root: Path) -> Iterator[None]:
 
 
 def _lock_sync(root: Path) -> None:
-    from . import lock as lockmod
-    from . import locksync
 
     loaded = lockmod.load(root / "trainstack.lock.yaml")
     problems = loaded.problems()
@@ -60,37 +59,31 @@ def _lock_sync(root: Path) -> None:
 
 
 def _kueue_config(root: Path) -> None:
-    from . import kueueconfig
 
     kueueconfig.write(root)
 
 
 def _version(root: Path) -> None:
-    from . import release
 
     release.write_version(root)
 
 
 def _overlays(root: Path) -> None:
-    from . import overlaysync
 
     overlaysync.write(root)
 
 
 def _changelog(root: Path) -> None:
-    from . import release
 
     release.write_changelog(root)
 
 
 def _docs(root: Path) -> None:
-    from . import chartdocs
 
     chartdocs.write(chart_dir=root / "charts" / "trainstack")
 
 
 def _review(root: Path) -> None:
-    from .validate import review
 
     if review.main(["write"]) != 0:  # it printed the fields nobody reviewed yet
         raise UserError(f"{review.REVIEW_FILE}: fields of the pinned CRDs are not reviewed (listed above)")
@@ -228,33 +221,3 @@ def verify(root: Path | None = None, keep: Path | None = None) -> list[str]:
 
 
 # -- CLI --------------------------------------------------------------------------------------
-
-
-def _cmd_generate(args: argparse.Namespace) -> int:
-    for name, seconds in generate():
-        progress.info(f"generate: {name} ({seconds:.1f} s)")
-    return 0
-
-
-def _cmd_verify(args: argparse.Namespace) -> int:
-    start = time.monotonic()
-    stale = verify(keep=Path(args.keep) if args.keep else None)
-    for rel in stale:
-        print(f"stale: {rel}")
-    seconds = time.monotonic() - start
-    if stale:
-        print(f"verify: {len(stale)} file(s) differ from what 'make generate' writes ({seconds:.0f} s); "
-              "run 'make generate' and commit the result", file=sys.stderr)
-        return 1
-    print(f"verify: every generated file is up to date ({seconds:.0f} s)")
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    steps = "; ".join(s.writes for s in STEPS)
-    gen_p = sub.add_parser("generate", help=f"regenerate every generated file (make generate): {steps}")
-    gen_p.set_defaults(func=_cmd_generate)
-    ver_p = sub.add_parser("verify", help="regenerate every generated file in a scratch copy of the checkout and "
-                                          "fail naming each one that differs from the working tree (make verify)")
-    ver_p.add_argument("--keep", help="copy the regenerated scratch tree to this folder (to diff it yourself)")
-    ver_p.set_defaults(func=_cmd_verify)

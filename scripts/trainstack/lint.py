@@ -9,12 +9,11 @@ The layers live in layers.toml at the repository root; docs/architecture.md expl
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import tomllib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -353,25 +352,3 @@ def run(lock: lockmod.Lock | None = None, only: list[str] | None = None) -> list
     if "mypy" in wanted:
         checks.append(mypy_check(lock))
     return checks
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    checks = run(only=args.check)
-    if args.output == "json":
-        print(json.dumps([asdict(c) | {"ok": c.ok} for c in checks], indent=2))
-    else:
-        for check in checks:
-            status = f"skipped: {check.skipped}" if check.skipped else (
-                "ok" if check.ok else f"{len(check.problems)} problem(s)")
-            print(f"{check.name}: {status}")
-            for problem in check.problems:
-                print(f"  {problem}")
-    return 0 if all(c.ok for c in checks) else 1
-
-
-def register(sub) -> None:
-    parser = sub.add_parser("lint", help="ruff, helm lint --strict, the layer contract and mypy (all pinned)")
-    parser.add_argument("--check", action="append", choices=CHECKS,
-                        help="run only this check (repeatable; default: all)")
-    parser.add_argument("--output", choices=["text", "json"], default="text")
-    parser.set_defaults(func=_cmd)

@@ -29,16 +29,15 @@ a post-install hook Job. The handover, in order:
 
 from __future__ import annotations
 
-import argparse
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import api, cmdline, deps, helm, paths, proc, progress, tools, yamlio
+from . import api, deps, helm, paths, proc, progress, yamlio
 from . import lock as lockmod
 from . import render as rendermod
 from .errors import UserError
@@ -267,37 +266,3 @@ class Migration:
                 raise UserError(f"golden runtimes missing after install: {', '.join(sorted(golden - have))}",
                                 "upstream's runtimes were not removed; fix and run the migration again")
             time.sleep(1)
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    tools.require("helm")
-    migration = Migration(args.release, args.namespace, args.env,
-                          Path(args.kubeconfig) if args.kubeconfig else None, args.context)
-    actions, rendered = migration.plan()
-    if args.output == "json":
-        print(json.dumps({"release": args.release, "namespace": migration.namespace, "dry_run": args.dry_run,
-                          "actions": [asdict(a) for a in actions]}, indent=2))
-    else:
-        progress.table(f"handover of release {migration.namespace}/{args.release} to trainstack"
-                       + (" (dry run: nothing changed)" if args.dry_run else ""),
-                       ["step", "target", "why"], [(a.step, a.target, a.why) for a in actions],
-                       to_stderr=not args.dry_run)
-    if args.dry_run:
-        return 0
-    migration.execute(actions, rendered)
-    progress.info(f"release {args.release} handed over to {TRAINSTACK_RELEASE}; CRDs and TrainJobs kept")
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    msub = cmdline.group(sub, "migrate", "hand a cluster over to trainstack (from upstream's kubeflow-trainer chart)")
-    up = msub.add_parser("from-upstream", help="take over a kubeflow-trainer release without deleting CRDs or "
-                                               "TrainJobs (prints the plan first; --dry-run stops there)")
-    up.add_argument("--release", required=True, help="name of the upstream kubeflow-trainer release")
-    up.add_argument("--namespace", help="its namespace (default: found with helm list -A)")
-    up.add_argument("--env", default="dev", help="overlay whose values trainstack is installed with (default dev)")
-    up.add_argument("--kubeconfig", help="kubeconfig (default: kubectl's)")
-    up.add_argument("--context", help="kube context (default: the current one)")
-    up.add_argument("--dry-run", action="store_true", help="print the plan, change nothing")
-    up.add_argument("--output", choices=["text", "json"], default="text")
-    up.set_defaults(func=_cmd)

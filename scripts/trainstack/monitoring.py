@@ -33,7 +33,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from . import chartpack, deps, helm, paths, progress, tools, trainenv, yamlio
+from . import chartpack, deps, helm, paths, tools, trainenv, yamlio
 from . import lock as lockmod
 from .errors import UserError
 from .jsontypes import dig
@@ -473,22 +473,3 @@ def verify_scrape(texts: dict[str, str], groups: list[dict] | None = None) -> di
 
 
 # ----------------------------------------------------------------------------- CLI
-def _cmd_metrics(args) -> int:
-    known = known_metrics()
-    if args.exporter and args.exporter not in known:
-        raise UserError(f"{args.exporter} is not pinned in trainstack.lock.yaml", f"pinned: {', '.join(known)}")
-    wanted = [args.exporter] if args.exporter else list(known)
-    if args.output == "json":
-        print(json.dumps({name: known[name] for name in wanted}, indent=2, sort_keys=True))
-        return 0
-    rows = [(exporter, metric, origin) for exporter in wanted for metric, origin in sorted(known[exporter].items())]
-    progress.table("metrics the pinned exporters define", ["exporter", "metric", "defined in"], rows)
-    return 0
-
-
-def register(sub) -> None:
-    parser = sub.add_parser(
-        "metrics", help="metric names the pinned controllers, kube-state-metrics and the tracking server define")
-    parser.add_argument("exporter", nargs="?", choices=[*CONTROLLERS, "kube-state-metrics", "blackbox-exporter", TRACKING])
-    parser.add_argument("--output", choices=["text", "json"], default="text")
-    parser.set_defaults(func=_cmd_metrics)

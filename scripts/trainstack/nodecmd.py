@@ -9,14 +9,15 @@ clusters this host runs (kept ones too): its address, pod CIDR and whether each 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
 from typing import Any
 
 from . import lock as lockmod
-from . import proc, progress, tools
+from . import proc, progress
+from .cluster.common import pid_alive
+from .e2e.providers.local import state_dir
 from .errors import UserError, output_line
 
 NODE_TOOLS = ("kubernetes-node", "containerd", "kube-router", "coredns", "registry", "crane")
@@ -70,46 +71,9 @@ def install_prereqs(lock: lockmod.Lock) -> list[str]:
     return list(missing)
 
 
-def _cmd(args: argparse.Namespace) -> int:
-    lock = lockmod.load()
-    if args.node_command == "prereqs":
-        if args.check:
-            missing = missing_packages(lock)
-            if args.output == "json":
-                print(json.dumps({"missing": missing}, indent=2))
-            for name, version in missing.items():
-                progress.info(f"missing: {name}={version}")
-            return 1 if missing else 0
-        done = install_prereqs(lock)
-        progress.info(f"installed {', '.join(done)}" if done else "the real node's Debian packages are installed; nothing to do")
-        return 0
-    rows = [("debian", name, version, "installed" if name not in missing_packages(lock) else "missing")
-            for name, version in pinned_packages(lock).items()]
-    for name in NODE_TOOLS:
-        tool = lock.tool(name)
-        for binary in tool.packages:
-            rows.append(("tool", binary, tool.version, "installed" if tools.find(binary, lock) else "missing"))
-    nodes = running_nodes()
-    if args.output == "json":
-        print(json.dumps({"parts": [dict(zip(("kind", "name", "version", "status"), r, strict=True)) for r in rows],
-                          "nodes": nodes}, indent=2))
-    else:
-        progress.table("real node parts", ["kind", "name", "version", "status"], rows)
-        if nodes:
-            progress.table("real nodes of local clusters", ["cluster", "node", "address", "pod CIDR", "parts"],
-                           [(n["cluster"], n["name"], n["ip"], n["podCIDR"],
-                             ", ".join(f"{part} {'up' if up else 'DOWN'}" for part, up in n["parts"].items()))
-                            for n in nodes])
-    return 0
-
-
 def running_nodes() -> list[dict[str, Any]]:
     """Every real node of the local clusters this host runs (kept with --keep, or a run in progress):
     name, address, pod CIDR and whether each of its daemons (kubelet, containerd, kube-proxy) is up."""
-    # only `node status` reads the e2e provider's state: every command imports this module to register it
-    from .cluster.common import pid_alive
-    from .e2e.providers.local import state_dir
-
     out: list[dict[str, Any]] = []
     for path in sorted(state_dir().glob("*.json")) if state_dir().is_dir() else []:
         try:
@@ -122,14 +86,3 @@ def running_nodes() -> list[dict[str, Any]]:
                                                                                                  "netns", "logs")},
                         "parts": parts})
     return out
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("node", help="the local cluster's real node: host packages and pinned parts")
-    sub = parser.add_subparsers(dest="node_command", required=True)
-    prereqs = sub.add_parser("prereqs", help="install the pinned Debian packages the real node uses (apt-get)")
-    prereqs.add_argument("--check", action="store_true", help="only report what is missing (exit 1 if anything)")
-    prereqs.add_argument("--output", choices=("text", "json"), default="text")
-    status = sub.add_parser("status", help="list the real node's pinned parts and whether each is installed")
-    status.add_argument("--output", choices=("text", "json"), default="text")
-    parser.set_defaults(func=_cmd)

@@ -11,20 +11,18 @@ The version is Chart.yaml's; nothing here repeats it.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import json
 import os
 import re
 import tarfile
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from . import chartpack, cmdline, deps, helm, paths, proc, progress, release, yamlio
+from . import chartpack, deps, helm, paths, proc, yamlio
 from . import lock as lockmod
 from .errors import UsageError, UserError, output_line
 
@@ -177,53 +175,6 @@ def publish(registry: str, plain_http: bool = False, chart_dir: Path | None = No
     return Published(reference, version, digest, "replaced" if existing is not None else "pushed", str(archive))
 
 
-def _package_cmd(args: argparse.Namespace) -> int:
-    out_dir = Path(args.destination)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    archive = package(paths.chart_dir(), out_dir)
-    rows = [(str(archive), _sha256(archive))]
-    prov = archive.with_name(archive.name + ".prov")
-    prov.unlink(missing_ok=True)
-    if args.sign:
-        rows.append((str(sign(archive, args.sign)), "clear-signed by " + args.sign))
-    progress.table("trainstack chart package", ["file", "sha256 / signature"], rows)
-    return 0
-
-
-def _cmd(args: argparse.Namespace) -> int:
-    result = publish(args.registry or release.chart_repository(), plain_http=args.plain_http, sign_key=args.sign or "")
-    if args.output == "json":
-        print(json.dumps(asdict(result), indent=2, sort_keys=True))
-    else:
-        progress.table("trainstack chart publish", ["chart", "version", "digest", "result"],
-                       [(result.reference, result.version, result.digest, result.action)])
-    return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    csub = cmdline.group(sub, "chart", "the umbrella chart as an artifact")
-    pub = csub.add_parser("publish", help="package charts/trainstack (dependencies and CRDs included) and push it "
-                                          "to an OCI registry with the pinned helm; never overwrites a version")
-    pub.add_argument("--registry", help="where to push: oci://HOST[:PORT]/PATH (default: releases.yaml's "
-                                        "chartRepository, which the environments name)")
-    pub.add_argument("--plain-http", action="store_true", help="the registry speaks plain HTTP (loopback only)")
-    pub.add_argument("--output", choices=["text", "json"], default="text")
-    pub.add_argument("--sign", metavar="KEY", help="also push helm provenance (NAME-VERSION.tgz.prov) signed by this "
-                                                   "gpg key (user ID or fingerprint; GNUPGHOME selects the keyring)")
-    pub.set_defaults(func=_cmd)
-    pkg = csub.add_parser("package", help="package charts/trainstack (dependencies and CRDs included) reproducibly "
-                                          "into one archive stock helm installs; optionally with provenance")
-    pkg.add_argument("-d", "--destination", default="dist", help="folder for the archive (default dist/)")
-    pkg.add_argument("--sign", metavar="KEY", help="write NAME-VERSION.tgz.prov beside it, signed by this gpg key "
-                                                   "(`helm verify --keyring PUBRING` / `helm install --verify` check it)")
-    pkg.set_defaults(func=_package_cmd)
-    img = csub.add_parser("images", help="every image an environment's install runs (and its `helm test`), one per "
-                                         "line (with its digest where the lock pins one): the list to mirror")
-    img.add_argument("--env", default="prod", help="overlay whose values decide the images (default prod)")
-    img.set_defaults(func=_images_cmd)
-
-
-
 TEST_TEMPLATE = "templates/platform-test/pod.yaml"  # the hook's one image is its pod's
 
 
@@ -248,18 +199,3 @@ def images(objects: list[dict[str, Any]], lock: lockmod.Lock | None = None) -> l
 
     walk(objects)
     return sorted(f"{ref}@{digests[ref]}" if ref in digests and "@" not in ref else ref for ref in found)
-
-
-def _images_cmd(args: argparse.Namespace) -> int:
-    from . import render
-
-    objects = render.render_objects(args.env)
-    # and the `helm test` pod (a hook: GitOps renders leave it out, a helm install's `helm test` runs it)
-    hook = helm.run(helm.template_args(None, *render.value_args(args.env), "--show-only", TEST_TEMPLATE,
-                                       include_tests=True, kube_version=lockmod.load().kubernetes_version),
-                    check=False)
-    if hook.returncode == 0:
-        objects += [d for d in yamlio.load_all(hook.stdout) if isinstance(d, dict)]
-    for reference in images(objects):
-        print(reference)
-    return 0

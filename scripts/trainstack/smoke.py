@@ -29,14 +29,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypedDict
 
-from . import cmdline, paths, proc, progress, trainenv
+from . import paths, proc, progress, trainenv
 from .cluster.common import free_port
 from .errors import UsageError, UserError, output_line
 from .petenv import gpus_per_node, nproc_per_node, pet_env, quantity
 
 # The controller's rules (pet_env and its parts) live in petenv; they stay importable from here.
 __all__ = ["check_checkpoint", "failure_lines", "gpus_per_node", "launch", "launch_nodes", "nproc_per_node", "pet_env", "probe_torch",
-           "quantity", "read_events", "register", "run_smoke", "script_path"]
+           "quantity", "read_events", "run_smoke", "script_path"]
 
 LOCAL_MASTER_ADDR = "127.0.0.1"
 MASTER_ADDR_NOTE = ("PET_MASTER_ADDR is 127.0.0.1 on this machine; in a cluster the controller sets "
@@ -383,41 +383,6 @@ def _cmd_install(args: argparse.Namespace) -> int:
                    [(r.package, r.requirement, r.version, r.action, f"{r.seconds:.1f}") for r in rows],
                    to_stderr=True)
     return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    sub = cmdline.group(subparsers, "smoke", "real torch DDP training smoke (two torchrun nodes on this machine)")
-
-    train = sub.add_parser("train", help="run examples/train_ddp.py as a TrainJob's nodes would, and check it",
-                           description="Runs examples/train_ddp.py with torchrun as the nodes of a TrainJob, each "
-                                       "with the PET_* variables Kubeflow Trainer injects, then checks that every "
-                                       "rank succeeded, the loss fell and the checkpoint loads. Arguments after "
-                                       "'--' go to the training script.")
-    train.add_argument("--nodes", type=int, default=2, help="TrainJob numNodes (CPU mode; default 2)")
-    train.add_argument("--cpu", default="1",
-                       help="CPU request of each node; the controller turns it into PET_NPROC_PER_NODE (default 1)")
-    train.add_argument("--gpu", action="store_true",
-                       help="one node with every local GPU (nproc per node = GPU count, nccl)")
-    train.add_argument("--steps", type=int, default=30, help="training steps (default 30)")
-    train.add_argument("--seed", type=int, default=0, help="seed of the model and the synthetic data")
-    train.add_argument("--trainjob", default="smoke", help="TrainJob name the PET_* variables are derived from")
-    train.add_argument("--python", help="interpreter with torch that runs torchrun (default: this one)")
-    train.add_argument("--network", choices=["auto", "namespace", "host"], default="auto",
-                       help="auto (default): a private network namespace when allowed, else host; host: torch's "
-                            "rendezvous store then listens on every interface while the run lasts")
-    train.add_argument("--timeout", type=float, default=600, help="seconds before the run is stopped")
-    train.add_argument("--workdir", help="new or empty folder for logs and the checkpoint (kept); default: a "
-                                         "temporary folder, removed after a successful run")
-    train.add_argument("--keep", action="store_true", help="keep the temporary folder after success")
-    train.add_argument("--output", choices=["text", "json"], default="text")
-    train.add_argument("script_args", nargs="*", metavar="-- ARGS", help="extra arguments for train_ddp.py")
-    train.set_defaults(func=_cmd_train)
-
-    install = sub.add_parser("install", help="install the lock's python.train packages (torch, kubeflow) into "
-                                             "this environment; skips what is already there")
-    install.add_argument("--profile", choices=["cpu", "full"], default="cpu",
-                         help="cpu (default): torch without the CUDA parts only GPU use loads; full: everything")
-    install.set_defaults(func=_cmd_install)
 
 
 def _launcher_main(argv: list[str]) -> int:

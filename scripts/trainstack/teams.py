@@ -26,7 +26,7 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import DoubleQuotedScalarString
 
-from . import api, cmdline, deps, helm, paths, proc, progress, tools, yamlio
+from . import api, deps, helm, paths, proc, progress, tools, yamlio
 from . import lock as lockmod
 from .errors import UsageError, UserError, output_line
 from .kubectl import Kubectl
@@ -183,30 +183,6 @@ def _cmd_team(args: argparse.Namespace) -> int:
         sys.stdout.write(diff)
         progress.info(f"added team {args.name} to {_relative(path)}: review the diff, then commit it")
     return 0
-
-
-def register(subparsers: argparse._SubParsersAction) -> None:
-    sub = cmdline.group(subparsers, "team", "onboard teams: one reviewed change to an environment's values")
-    add_p = sub.add_parser("add", help="add a team (namespace, quota, roles, Kueue queue) to ENV's values file",
-                           description="Writes teams.NAME into overlays/ENV/values.yaml, keeping the file's comments "
-                                       "and order, after the chart has rendered it. Members: alice, user:alice, "
-                                       "group:NAME, sa:NAMESPACE/NAME (comma-separated or repeated).")
-    add_p.add_argument("name", help="team name (a DNS label; also its namespace and Kueue queue)")
-    add_p.add_argument("--env", default="dev", help="overlay under overlays/ (default dev)")
-    add_p.add_argument("--values", help=argparse.SUPPRESS)  # another values file (tests)
-    add_p.add_argument("--members", action="append", help="members with the edit role")
-    add_p.add_argument("--admins", action="append", help="members with the admin role")
-    add_p.add_argument("--viewers", action="append", help="members with the view role")
-    add_p.add_argument("--gpus", type=int, help="GPU quota (nvidia.com/gpu unless --gpu-resource)")
-    add_p.add_argument("--cpus", help="CPU quota, a quantity (e.g. 32 or 500m)")
-    add_p.add_argument("--memory", help="memory quota, a quantity (e.g. 128Gi)")
-    add_p.add_argument("--gpu-resource", default="nvidia.com/gpu", help="extended resource of --gpus")
-    add_p.add_argument("--borrow-gpus", type=int, help="GPUs it may borrow from idle teams (Kueue)")
-    add_p.add_argument("--namespace", help="namespace (default: the team name)")
-    add_p.add_argument("--runtimes", action="append", help="golden runtimes it may use (default: all)")
-    add_p.add_argument("--own-runtimes", action="store_true", help="may define its own TrainingRuntimes")
-    add_p.add_argument("--output", choices=["text", "json"], default="text")
-    add_p.set_defaults(func=_cmd_team)
 
 
 # -- live checks over a kubeconfig (for the e2e suite) ------------------------------------------

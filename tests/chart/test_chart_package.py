@@ -28,7 +28,7 @@ def signed(chart_ready, tmp_path_factory) -> dict[str, Path]:
     tmp = tmp_path_factory.mktemp("package")
     home, pubring, key = gpg_home(tmp, "release")
     _, other, _ = gpg_home(tmp, "other")
-    result = run_cli("chart", "package", "-d", str(tmp / "dist"), "--sign", key,
+    result = run_cli("chart", "package", "--out-dir", str(tmp / "dist"), "--sign", key,
                      env={"GNUPGHOME": str(home)})
     assert result.returncode == 0, result.stderr
     archives = sorted((tmp / "dist").glob("*.tgz"))
@@ -74,7 +74,7 @@ def test_stock_helm_lints_templates_and_shows_the_archive_alone(signed, binary):
 
 
 def test_packaging_twice_gives_the_same_bytes(signed, tmp_path):
-    result = run_cli("chart", "package", "-d", str(tmp_path))
+    result = run_cli("chart", "package", "--out-dir", str(tmp_path))
     assert result.returncode == 0, result.stderr
     again = tmp_path / signed["archive"].name
     assert again.read_bytes() == signed["archive"].read_bytes()
@@ -84,7 +84,7 @@ def test_packaging_twice_gives_the_same_bytes(signed, tmp_path):
 def test_an_unknown_signing_key_is_one_line(signed, tmp_path):
     home = tmp_path / "empty-gnupg"
     home.mkdir(mode=0o700)
-    result = run_cli("chart", "package", "-d", str(tmp_path / "dist"), "--sign", "nobody@trainstack.invalid",
+    result = run_cli("chart", "package", "--out-dir", str(tmp_path / "dist"), "--sign", "nobody@trainstack.invalid",
                      env={"GNUPGHOME": str(home)})
     assert_one_line_error(result, "cannot sign", "nobody@trainstack.invalid")
 

@@ -212,7 +212,7 @@ def test_cli_writes_trainjobs_to_stdout_and_the_report_to_stderr(tmp_path: Path,
     assert data["objects"][0]["converted"] and data["trainjobs"][0]["kind"] == "TrainJob"
 
     out = tmp_path / "out"
-    assert run_cli("convert", str(CORPUS / "jax-simple.yaml"), "-o", str(out), timeout=60).returncode == 0
+    assert run_cli("convert", str(CORPUS / "jax-simple.yaml"), "--out-dir", str(out), timeout=60).returncode == 0
     assert yamlio.load((out / "kubeflow_jaxjob-simple.yaml").read_text())["spec"]["trainer"]["numNodes"] == 2
 
 

@@ -30,20 +30,20 @@ def test_render_is_sorted_crds_first(dev_render):
 
 def test_render_to_folder_writes_one_file_per_object(dev_render, tmp_path):
     out = tmp_path / "out"
-    result = run_cli("render", "--env", "dev", "-o", str(out))
+    result = run_cli("render", "--env", "dev", "--out-dir", str(out))
     assert result.returncode == 0, result.stderr
     files = [p for p in out.rglob("*.yaml")]
     assert len(files) == len(docs_of(dev_render))
     assert (out / "_cluster" / "CustomResourceDefinition-trainjobs.trainer.kubeflow.org.yaml").is_file()
     # rendering again replaces its own folder
-    assert run_cli("render", "--env", "dev", "-o", str(out)).returncode == 0
+    assert run_cli("render", "--env", "dev", "--out-dir", str(out)).returncode == 0
 
 
 def test_render_refuses_to_overwrite_a_users_folder(tmp_path):
     out = tmp_path / "mine"
     out.mkdir()
     (out / "notes.txt").write_text("precious")
-    result = run_cli("render", "--env", "dev", "-o", str(out))
+    result = run_cli("render", "--env", "dev", "--out-dir", str(out))
     assert_one_line_error(result, "not empty")
     assert result.returncode == 2
     assert (out / "notes.txt").read_text() == "precious"

@@ -26,7 +26,7 @@ JOBS = 20  # workloads per path: the same paths, stages and checks as --quick's 
 @pytest.mark.e2e
 def test_quick_scale_bench_completes_every_workload_on_every_path(tmp_path):
     need_binaries(*BINARIES, "helm", "trainer-controller-manager", "jobset-controller")
-    result = run_cli("bench", "scale", "--jobs", str(JOBS), "--nodes", "10", "--results-dir", str(tmp_path),
+    result = run_cli("bench", "scale", "--jobs", str(JOBS), "--nodes", "10", "--out-dir", str(tmp_path),
                      timeout=600)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-2000:]
     data = json.loads((tmp_path / "scale.json").read_text())

@@ -118,7 +118,7 @@ def test_faults_with_trainjobs_in_flight_lose_nothing(lifecycle):
 def test_backup_restores_into_a_fresh_cluster(lifecycle, tmp_path):
     test = lifecycle.test
     out = tmp_path / "backup"
-    result = subprocess.run([sys.executable, "-m", "trainstack", "backup", "-o", str(out), "--kubeconfig",
+    result = subprocess.run([sys.executable, "-m", "trainstack", "backup", "--out-dir", str(out), "--kubeconfig",
                              str(test.kubeconfig), "--output", "json"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)

@@ -15,7 +15,7 @@ def test_unreachable_cluster_is_one_line(tmp_path) -> None:
         "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
         "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
         "current-context: x\n")
-    result = run_cli("backup", "--kubeconfig", str(kubeconfig), "-o", str(tmp_path / "out"), timeout=120)
+    result = run_cli("backup", "--kubeconfig", str(kubeconfig), "--out-dir", str(tmp_path / "out"), timeout=120)
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: cannot reach the cluster"), result.stderr

@@ -33,7 +33,7 @@ def _checks(root: Path | None = None) -> dict[str, list[str]]:
 
 
 def test_the_layers_on_this_tree_have_no_upward_import_into_the_cli():
-    """Features register subcommands through the core cmdline module, never the cli layer's commands."""
+    """Nothing below the cli layer imports it: features know nothing of the subcommands that call them."""
     found = _checks()
     assert not [p for p in found["layers"] if "imports cli" in p], found["layers"]
 

@@ -1,7 +1,7 @@
-"""`trainstack convert FILE... [--env ENV] [-o DIR] [--runtime NAME] [--output text|json]`.
+"""`trainstack convert FILE... [--env ENV] [--out-dir DIR] [--runtime NAME] [--output text|json]`.
 
 Reads v1 job manifests (files, folders, `-` for standard input), writes the TrainJobs as one YAML
-stream on stdout (or one file each under -o DIR) and reports, per object, every field that was
+stream on stdout (or one file each under --out-dir DIR) and reports, per object, every field that was
 not carried over and why (stderr in text mode; with --output json, one JSON document on stdout).
 A file that is not YAML, an object of a kind it does not know, or an object that has no golden
 runtime is one error line naming the file and the object; then nothing is written.
@@ -141,15 +141,3 @@ def _cmd(args: argparse.Namespace) -> int:
         if args.out:
             progress.info(f"wrote {len(jobs)} TrainJob(s) to {args.out}")
     return 0
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("convert", help="Training Operator v1 jobs (PyTorchJob, MPIJob, XGBoostJob, JAXJob, "
-                                            "PaddleJob) to TrainJobs on the golden runtimes")
-    parser.add_argument("files", nargs="+", metavar="FILE", help="v1 manifests: files, folders, or - for stdin")
-    parser.add_argument("-o", "--out", metavar="DIR", help="write one TrainJob file per object here (default stdout)")
-    parser.add_argument("--env", default="dev", help="environment whose golden runtimes the TrainJobs use (default dev)")
-    parser.add_argument("--runtime", help="golden runtime for every object (default: by framework and accelerator)")
-    parser.add_argument("--output", choices=["text", "json"], default="text",
-                        help="text: TrainJobs on stdout, report on stderr; json: both as one JSON document")
-    parser.set_defaults(func=_cmd)

@@ -34,14 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="worker processes for large inputs (default: up to 2)")
 
 
-def register(subparsers) -> None:
-    parser = subparsers.add_parser(
-        "validate", help="validate manifests: schemas, CRD CEL rules, formats, admission policies (offline)",
-        description="Validate Kubernetes manifests the way the API server would on create, offline.")
-    add_arguments(parser)
-    parser.set_defaults(func=_main)
-
-
 def _main(args: argparse.Namespace) -> int:
     code, out = execute(args)
     sys.stdout.write(out)

@@ -21,7 +21,7 @@ def record(tmp_path_factory) -> dict:
     if tools.find("kubectl-validate") is None:
         pytest.skip("kubectl-validate is the bench tier's (make setup-bench, about 5 min cold): not built here")
     out = tmp_path_factory.mktemp("bench-validate")
-    done = run_cli("bench", "validate", "--docs", "400", "--runs", "1", "--results-dir", str(out),
+    done = run_cli("bench", "validate", "--docs", "400", "--runs", "1", "--out-dir", str(out),
                    env={"TRAINSTACK_ROOT": str(ROOT)}, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads((out / "validate.json").read_text())
