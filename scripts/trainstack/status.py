@@ -21,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+import yaml
+
 from . import api, kubeapi, progress
 from . import lock as lockmod
 from .errors import UserError
@@ -119,9 +121,9 @@ class Cluster:
             if context and context not in {c["name"] for c in contexts}:
                 raise UserError(f"kube context '{context}' is not in the kubeconfig",
                                 f"known: {', '.join(c['name'] for c in contexts) or 'none'}", exit_code=2)
-        except (ConfigException, OSError, TypeError) as err:
+        except (ConfigException, OSError, TypeError, yaml.YAMLError) as err:
             where = kubeconfig or "KUBECONFIG / ~/.kube/config"
-            raise UserError(f"no usable kube context in {where}: {str(err).splitlines()[0]}",
+            raise UserError(f"no usable kube context in {where}: {kubeapi.config_error(err)}",
                             "set KUBECONFIG or pass --kubeconfig/--context") from None
         self.api = kubeapi.client(kubeconfig, context)
         # a pod's log comes from its node's kubelet: a 500 there (the kubelet cannot be reached) is no overloaded

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from .. import yamlio
 from ..errors import UsageError
 from .yamlvalues import Builder, Composer, TooManyAliases, key_name
 
@@ -204,9 +205,8 @@ def _parse_chunk(chunk: str, offset: int, file: str, docs: list[Document], index
             except yaml.MarkedYAMLError as err:
                 mark = err.problem_mark or err.context_mark
                 line = offset + (mark.line if mark else 0) + 1
-                message = " ".join(str(x) for x in (err.context, err.problem) if x) or "invalid YAML"
                 docs.append(Document(file, next_index(), line, None, problems=[
-                    Problem("yaml-syntax", f"YAML syntax error: {message} (line {line})", "", line)]))
+                    Problem("yaml-syntax", f"YAML syntax error: {yamlio.error_line(err, chunk, offset)}", "", line)]))
                 return
             except yaml.YAMLError as err:
                 line = offset + 1
