@@ -196,7 +196,7 @@ def _render_check(values_text: str, rel: str, path: Path | None = None, env_file
         result = helm.run(helm.template_args(None, *[a for f in files for a in ("-f", f)],
                                              kube_version=lock.kubernetes_version), lock=lock, check=False)
     if result.returncode != 0:
-        line = _CHART_ERROR.sub("", helm.first_error_line(result.stderr))
+        line = _CHART_ERROR.sub("", helm.first_error_line(result.stderr))  # the chart's fail message, whole
         raise UserError(f"{rel}: {line}", "nothing was written")
 
 
