@@ -424,8 +424,12 @@ def expand(paths: list[str]) -> list[str]:
             continue
         path = Path(raw)
         if path.is_dir():
-            out.extend(str(p) for p in sorted(path.rglob("*"))
-                       if p.is_file() and p.suffix.lower() in SUFFIXES and not _hidden(p, path))
+            found = [str(p) for p in sorted(path.rglob("*"))
+                     if p.is_file() and p.suffix.lower() in SUFFIXES and not _hidden(p, path)]
+            if not found:
+                raise UsageError(f"{raw}: no YAML or JSON files in the folder (*.yaml, *.yml, *.json)",
+                                 "name the files, or a folder that holds them")
+            out.extend(found)
         elif path.is_file():
             out.append(str(path))
         else:

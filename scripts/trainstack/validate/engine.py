@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import quantity
 from ..jsontypes import json_type
 from . import documents, formats, policies, semantics, structural
 from .documents import Document
@@ -173,9 +174,14 @@ class Validator:
 
     # -- files ----------------------------------------------------------------------------------
     def text(self, file: str, text: str, out: Outcome, keep: bool, base_index: int = 0, base_line: int = 0) -> None:
+        seen = False
         for doc in documents.documents(file, text, base_index, base_line):
+            seen = True
             self.document(doc, out, keep)
             doc.node = None
+        if not seen and base_index == 0 and base_line == 0:  # kubectl apply: "no objects passed to apply"
+            out.findings.append(Finding(file, 1, 0, "", "", "", "", "empty", ERROR,
+                                        "the file has no Kubernetes objects (it is empty or holds only comments)", ""))
 
 
 def _text(value: Any) -> str:
@@ -225,8 +231,7 @@ def _describe(err, info: KindInfo) -> list[tuple[str, str, str]]:
     if kind == "Pattern":
         pattern = details.get("pattern", "")
         if pattern == formats.QUANTITY_PATTERN:
-            return [("quantity", path, (f"{where}: Invalid value: {_short(value)}: quantities must match the regular "
-                                        "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"))]
+            return [("quantity", path, f"{where}: {_short(value)} is not a Kubernetes quantity ({quantity.EXAMPLES})")]
         if pattern in (formats.RFC3339_PATTERN, formats.CRD_DATETIME_PATTERN):
             return [("schema", path, (f"{where}: Invalid value: {_short(value)}: must be an RFC 3339 date-time "
                                       "(e.g. 2006-01-02T15:04:05Z)"))]
@@ -332,10 +337,38 @@ def run(catalog: Catalog, files: list[str], options: Options, texts: dict[str, s
     if outcome.crds and outcome.unknown:
         _revalidate_with_input_crds(validator, outcome, texts)
     if options.policies:
-        outcome.findings.extend(policies.evaluate(outcome.objects, catalog))
+        judged = policies.evaluate(outcome.objects, catalog)
+        _lines_of_fields(judged, texts)
+        outcome.findings.extend(judged)
     order = {file: i for i, file in enumerate(files)}
     outcome.findings.sort(key=lambda f: (order.get(f.file, len(order)), f.document, f.line, f.path, f.rule, f.message))
     return Result(documents=outcome.documents, findings=outcome.findings)
+
+
+def _lines_of_fields(findings: list[Finding], texts: dict[str, str]) -> None:
+    """Give findings that name a field (a JSON pointer) the line of that field: the objects kept for the
+    policy pass hold their data, not where each field is, so their files are read again (only those)."""
+    by_file: dict[str, list[Finding]] = {}
+    for finding in findings:
+        if finding.path:
+            by_file.setdefault(finding.file, []).append(finding)
+    for file, found in by_file.items():
+        text = texts.get(file)
+        if text is None:
+            text, problem = documents.read(file)
+            if text is None or problem is not None:
+                continue
+        docs: dict[int, list[documents.Document]] = {}
+        for doc in documents.documents(file, text):
+            docs.setdefault(doc.index, []).append(doc)
+        for finding in found:
+            for doc in docs.get(finding.document, []):
+                data = doc.data if isinstance(doc.data, dict) else {}
+                meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
+                if data.get("kind") == finding.kind and meta.get("name", "") == finding.name:
+                    finding.line = doc.line_of(finding.path)
+                    finding.path = doc.prefix + finding.path
+                    break
 
 
 def _revalidate_with_input_crds(validator: Validator, outcome: Outcome, texts: dict[str, str]) -> None:
