@@ -19,12 +19,7 @@ class Kubectl:
     ) -> None:
         self.kubeconfig = kubeconfig
         self.context = context
-        found = tools.find_kubectl(lock)
-        if found is None:
-            version = (lock or lockmod.load()).kubernetes_version
-            raise UserError(f"no kubectl {version} (or within one minor of it) is installed",
-                            "run 'trainstack tools install kubernetes' (or 'make setup'), or put a kubectl on PATH")
-        self.binary = found
+        self.binary = tools.require_kubectl(lock)
 
     def base(self) -> list[str]:
         cmd = [str(self.binary)]

@@ -264,7 +264,7 @@ class AccessRow:
 
 
 def _kubectl(kubeconfig: Path, *args: str, input_text: str | None = None) -> proc.CompletedProcess:
-    binary = tools.require("kubectl")
+    binary = tools.require_kubectl()
     return proc.run([str(binary), "--kubeconfig", str(kubeconfig), *args], check=False, input=input_text,
                     timeout=60)
 

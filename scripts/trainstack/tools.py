@@ -134,6 +134,16 @@ def find_kubectl(lock: lockmod.Lock | None = None) -> Path | None:
     return Path(found) if minor is not None and abs(minor - wanted) <= KUBECTL_SKEW else None
 
 
+def require_kubectl(lock: lockmod.Lock | None = None) -> Path:
+    """find_kubectl, or a UserError saying which kubectl would do and how to get one."""
+    found = find_kubectl(lock)
+    if found is None:
+        version = (lock or lockmod.load()).kubernetes_version
+        raise UserError(f"no kubectl {version} (or within one minor of it) is installed",
+                        "run 'trainstack tools install kubernetes' (or 'make setup'), or put a kubectl on PATH")
+    return found
+
+
 def require(binary: str, lock: lockmod.Lock | None = None) -> Path:
     """Like find, but a missing tool is a UserError that says how to get it."""
     found = find(binary, lock)

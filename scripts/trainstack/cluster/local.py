@@ -394,7 +394,7 @@ class LocalCluster:
         self, *args: str, input_text: str | None = None, check: bool = True, timeout: float = 60
     ) -> proc.CompletedProcess:
         """Run the pinned kubectl as cluster admin; a failure (with check) is a UserError with kubectl's message."""
-        kubectl = self.binaries.get("kubectl") or tools.require("kubectl", self.lock)
+        kubectl = self.binaries.get("kubectl") or tools.require_kubectl(self.lock)
         cmd = [
             str(kubectl),
             "--kubeconfig",
