@@ -86,26 +86,26 @@ _SEGMENT = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*['\"]([^'\"]*)['\"]\s*\]
 
 
 def field_read(expression: str, variables: dict[str, str], data: dict, depth: int = 0) -> str:
-    """The JSON pointer of the field a validation expression reads first (`object.spec.x`, or through
-    `variables.NAME` the one its variable reads), down to the deepest part the object has: where a
-    finding of the expression points (the document's line when it reads no field of the object)."""
+    """The JSON pointer of the field a validation expression judges: of the fields of the object it reads
+    (`object.spec.x`, or through `variables.NAME` those its variable reads), the deepest the object has,
+    the first of equals; `object.kind` and `object.apiVersion` are guards, not judged. Where a finding of
+    the expression points ("" when it reads no field of the object: the document's line)."""
+    best = ""
     for match in _OBJECT_PATH.finditer(expression):
         parts = [a or b for a, b in _SEGMENT.findall(match.group(2))]
         if match.group(1) == "variables":
             inner = variables.get(parts[0]) if parts else None
             found = field_read(inner, variables, data, depth + 1) if inner and depth < 8 else ""
-            if found:
-                return found
-            continue
-        pointer, node = "", data
-        for part in parts:
-            if not isinstance(node, dict) or part not in node:
-                break
-            node = node[part]
-            pointer += "/" + part.replace("~", "~0").replace("/", "~1")
-        if pointer:
-            return pointer
-    return ""
+        else:
+            found, node = "", data
+            for part in parts if parts[:1] not in (["kind"], ["apiVersion"]) else []:
+                if not isinstance(node, dict) or part not in node:
+                    break
+                node = node[part]
+                found += "/" + part.replace("~", "~0").replace("/", "~1")
+        if found.count("/") > best.count("/"):
+            best = found
+    return best
 
 
 def _rule_matches(rule: dict, group: str, version: str, plural: str, namespaced: bool, name: str) -> bool:
