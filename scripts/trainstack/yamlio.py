@@ -39,8 +39,8 @@ def dump_all(objs: list[Any], sort_keys: bool = True) -> str:
     return text
 
 
-def error_line(err: yaml.YAMLError, text: str | None = None, offset: int = 0) -> str:
-    """One line saying what is wrong with YAML that did not parse, and where (`line N, column M`).
+def error_line(err: Exception, text: str | None = None, offset: int = 0) -> str:
+    """One line saying what is wrong with YAML that did not parse (a yaml.YAMLError), and where (`line N, column M`).
     A tab that indents a line is named as such: libyaml's own words for it ("found character that
     cannot start any token") never say "tab". TEXT is what was parsed (else the file the error names),
     OFFSET the number of lines before it in its file."""

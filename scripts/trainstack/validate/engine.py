@@ -13,11 +13,12 @@ import gc
 import json
 import multiprocessing
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import quantity
 from ..jsontypes import json_type
+from ..quantity import EXAMPLES as QUANTITY_EXAMPLES
 from . import documents, formats, policies, semantics, structural
 from .documents import Document
 from .report import ERROR, WARNING, Finding, Result
@@ -110,6 +111,14 @@ class Validator:
         if not isinstance(data, dict):
             add("type-meta", f"a Kubernetes object must be a mapping, got {json_type(data)}")
             return
+        if api_version is None and kind is None and _is_values_file(doc.file):
+            add("not-an-object", "a Helm values file, not a Kubernetes object: not validated (validate what the chart "
+                "renders with it: trainstack validate --env ENV)", severity=WARNING)
+            return
+        if isinstance(api_version, str) and api_version.startswith(KUSTOMIZE_GROUP + "/"):
+            add("not-an-object", f"kustomize's own file ({kind}), not a Kubernetes object: not validated (validate what "
+                "it builds: kustomize build DIR | trainstack validate -)", "/kind", WARNING)
+            return
         if not (isinstance(api_version, str) and api_version and isinstance(kind, str) and kind):
             for name, value in (("apiVersion", api_version), ("kind", kind)):
                 if isinstance(value, str) and value:
@@ -184,6 +193,15 @@ class Validator:
                                         "the file has no Kubernetes objects (it is empty or holds only comments)", ""))
 
 
+KUSTOMIZE_GROUP = "kustomize.config.k8s.io"  # Kustomization, Component: kustomize reads them, the API server never
+_VALUES_FILE = re.compile(r"(^|[-_.])values([-_.][^/]*)?\.ya?ml$")
+
+
+def _is_values_file(file: str) -> bool:
+    """values.yaml, values-prod.yaml, prod.values.yaml, ...: Helm values files by their name."""
+    return bool(_VALUES_FILE.search(os.path.basename(file)))
+
+
 def _text(value: Any) -> str:
     return value if isinstance(value, str) else ("" if value is None else json.dumps(value, default=str)[:100])
 
@@ -231,7 +249,7 @@ def _describe(err, info: KindInfo) -> list[tuple[str, str, str]]:
     if kind == "Pattern":
         pattern = details.get("pattern", "")
         if pattern == formats.QUANTITY_PATTERN:
-            return [("quantity", path, f"{where}: {_short(value)} is not a Kubernetes quantity ({quantity.EXAMPLES})")]
+            return [("quantity", path, f"{where}: {_short(value)} is not a Kubernetes quantity ({QUANTITY_EXAMPLES})")]
         if pattern in (formats.RFC3339_PATTERN, formats.CRD_DATETIME_PATTERN):
             return [("schema", path, (f"{where}: Invalid value: {_short(value)}: must be an RFC 3339 date-time "
                                       "(e.g. 2006-01-02T15:04:05Z)"))]
@@ -364,8 +382,9 @@ def _lines_of_fields(findings: list[Finding], texts: dict[str, str]) -> None:
         for finding in found:
             for doc in docs.get(finding.document, []):
                 data = doc.data if isinstance(doc.data, dict) else {}
-                meta = data.get("metadata") if isinstance(data.get("metadata"), dict) else {}
-                if data.get("kind") == finding.kind and meta.get("name", "") == finding.name:
+                meta = data.get("metadata")
+                name = meta.get("name") if isinstance(meta, dict) else None
+                if data.get("kind") == finding.kind and str(name or "") == finding.name:
                     finding.line = doc.line_of(finding.path)
                     finding.path = doc.prefix + finding.path
                     break

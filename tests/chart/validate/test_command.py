@@ -165,3 +165,18 @@ def test_an_empty_file_is_an_error_not_a_success(tmp_path: Path):
     code, out = command.run([str(good), str(empty), "-o", "json"])
     assert code == 1
     assert [(f["file"], f["rule"]) for f in json.loads(out)["findings"]] == [(str(empty), "empty")]
+
+
+def test_the_repositorys_examples_validate_and_what_is_no_object_is_named(tmp_path: Path):
+    code, out = command.run([str(ROOT / "examples"), "-o", "json"])
+    result = json.loads(out)
+    assert code == 0, [f for f in result["findings"] if f["severity"] == "error"]
+    named = {(Path(f["file"]).relative_to(ROOT / "examples").as_posix(), f["rule"]) for f in result["findings"]}
+    assert named == {("kustomization.yaml", "not-an-object"), ("teams/values.yaml", "not-an-object")}
+    # only a values file's name and a kustomize kind say so: anything else without apiVersion is an error
+    (tmp_path / "config.yaml").write_text("teams: {}\n")
+    (tmp_path / "values.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  a: 1\n")
+    code, out = command.run([str(tmp_path), "-o", "json"])
+    assert code == 1
+    assert sorted((Path(f["file"]).name, f["rule"]) for f in json.loads(out)["findings"]) == [
+        ("config.yaml", "type-meta"), ("config.yaml", "type-meta"), ("values.yaml", "schema")]
