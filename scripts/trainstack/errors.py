@@ -39,7 +39,12 @@ class UsageError(UserError):
 def output_line(text: str | None, markers: tuple[str, ...] = ("error",), empty: str = "no output",
                 limit: int = 400) -> str:
     """The line of a tool's output that says what went wrong, for a one-line message: the first
-    line starting with one of `markers` (case-insensitive; () for none), else the last line."""
+    line starting with one of `markers` (case-insensitive; () for none), else the last line; one longer
+    than `limit` is cut at a word's end, with " ..." after it."""
     lines = [ln.strip() for ln in (text or "").strip().splitlines() if ln.strip()]
     marked = [ln for ln in lines if markers and ln.lower().startswith(tuple(m.lower() for m in markers))]
-    return (marked[:1] or lines[-1:] or [empty])[0][:limit]
+    line = (marked[:1] or lines[-1:] or [empty])[0]
+    if len(line) <= limit:
+        return line
+    cut = line[:limit].rsplit(" ", 1)[0]  # at a word's end, and said to be cut
+    return f"{cut} ..."

@@ -6,6 +6,7 @@ plugins never change what trainstack renders.
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 from typing import IO
@@ -119,6 +120,19 @@ class Release:
                           what=f"{self.binary} {line[1] if len(line) > 1 else ''}".strip())
 
 
+# helm's wrapper around a chart's `fail`: the template it names is where the check was included from,
+# often not the one the values concern; the chart's message names the values key itself
+_CHART_FAIL = re.compile(r"execution error at \([^)]*\): ([^\n]*)")
+
+
+def chart_error(text: str | None) -> str | None:
+    """The chart's own `fail` message in helm/kustomize output, whole and without helm's wrapper (the
+    template and position it names); None when the chart did not fail."""
+    match = _CHART_FAIL.search(text or "")
+    return match.group(1).strip() if match else None
+
+
 def first_error_line(text: str) -> str:
-    """The line of helm/kustomize output that says what went wrong."""
-    return output_line(text)
+    """The line of helm/kustomize output that says what went wrong: the chart's `fail` message when
+    there is one, else the first error line."""
+    return chart_error(text) or output_line(text)

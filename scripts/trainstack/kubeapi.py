@@ -14,6 +14,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from . import yamlio
 from .api import GANG_GROUP, GANG_VERSION, JOBSET_API, LWS_API, TRAINER_API  # by name: `api` is the client here
 from .errors import UserError
 
@@ -45,9 +48,9 @@ def contexts(kubeconfig: Path | str | None = None) -> tuple[list[dict[str, Any]]
 
     try:
         return config.list_kube_config_contexts(config_file=str(kubeconfig) if kubeconfig else None)
-    except (ConfigException, OSError, TypeError) as err:
+    except (ConfigException, OSError, TypeError, AttributeError, yaml.YAMLError) as err:
         where = kubeconfig or "KUBECONFIG / ~/.kube/config"
-        raise UserError(f"no usable kube context in {where}: {str(err).splitlines()[0]}",
+        raise UserError(f"no usable kube context in {where}: {config_error(err)}",
                         "set KUBECONFIG or pass --kubeconfig/--context") from None
 
 
@@ -63,9 +66,9 @@ def client(kubeconfig: Path | str | None = None, context: str | None = None, poo
         # KUBECONFIG as it is now (the client reads it once, when imported), else ~/.kube/config
         source = str(kubeconfig) if kubeconfig else os.environ.get("KUBECONFIG") or None
         api = config.new_client_from_config(config_file=source, context=context)
-    except (ConfigException, OSError, TypeError) as err:
+    except (ConfigException, OSError, TypeError, yaml.YAMLError) as err:
         where = kubeconfig or "KUBECONFIG / ~/.kube/config"
-        raise UserError(f"no usable kube context in {where}: {str(err).splitlines()[0]}",
+        raise UserError(f"no usable kube context in {where}: {config_error(err)}",
                         "set KUBECONFIG or pass --kubeconfig/--context") from None
     api.configuration.retries = Retry(total=5, connect=5, read=2, backoff_factor=0.2,
                                       status_forcelist=retry_statuses, raise_on_status=False)
@@ -74,6 +77,15 @@ def client(kubeconfig: Path | str | None = None, context: str | None = None, poo
         api.configuration.connection_pool_maxsize = pool
         api.rest_client.pool_manager.connection_pool_kw["maxsize"] = pool
     return api
+
+
+def config_error(err: Exception) -> str:
+    """One line for why a kubeconfig could not be used (YAML that does not parse named with its line)."""
+    if isinstance(err, yaml.YAMLError):
+        return f"not valid YAML: {yamlio.error_line(err)}"
+    if isinstance(err, (TypeError, AttributeError)):  # YAML, but not the mapping a kubeconfig is
+        return "not a kubeconfig (a YAML mapping of clusters, users and contexts)"
+    return (str(err).splitlines() or [type(err).__name__])[0]
 
 
 def custom_objects(api: Any, group: str, version: str, plural: str, namespace: str | None = None

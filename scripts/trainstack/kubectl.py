@@ -23,12 +23,7 @@ class Kubectl:
         self.kubeconfig = kubeconfig
         self.context = context
         self.cache_dir, self.env = cache_dir, env
-        found = binary or tools.find_kubectl(lock)
-        if found is None:
-            version = (lock or lockmod.load()).kubernetes_version
-            raise UserError(f"no kubectl {version} (or within one minor of it) is installed",
-                            "run 'trainstack tools install kubernetes' (or 'make setup'), or put a kubectl on PATH")
-        self.binary = found
+        self.binary = binary or tools.require_kubectl(lock)
 
     def base(self) -> list[str]:
         cmd = [str(self.binary)]

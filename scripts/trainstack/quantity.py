@@ -4,6 +4,7 @@ resource.ParseQuantity grammar), for CEL's quantity(), the smoke's CPU rules and
 
 from __future__ import annotations
 
+import json
 import re
 from decimal import Decimal, InvalidOperation
 
@@ -12,8 +13,13 @@ SUFFIXES = {"": Decimal(1), "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Dec
             "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
             "Pi": Decimal(2**50), "Ei": Decimal(2**60)}
 PATTERN = re.compile(r"^([+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))([eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$")
-# apimachinery's message for a value that is not a quantity
-GRAMMAR = "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"
+# what a quantity looks like, for the message of a value that is not one
+EXAMPLES = "a number with an optional suffix, e.g. 8, 500m, 1.5Gi, 1e3"
+
+
+def not_a_quantity(text: str) -> str:
+    """The one message for TEXT that is not a quantity (what validate and the smoke say)."""
+    return f"{json.dumps(text)} is not a Kubernetes quantity ({EXAMPLES})"
 
 
 class QuantityError(ValueError):
@@ -33,7 +39,7 @@ def parse(value: object) -> Decimal:
         return found
     match = PATTERN.match(text)
     if not match:
-        raise QuantityError(f"quantities must match the regular expression {GRAMMAR}: {text!r}")
+        raise QuantityError(not_a_quantity(text))
     number, suffix = match.group(1), match.group(2) or ""
     try:
         parsed = Decimal(number) * (SUFFIXES[suffix] if suffix in SUFFIXES else Decimal(10) ** int(suffix[1:]))

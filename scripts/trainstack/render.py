@@ -195,6 +195,9 @@ def kustomize_build(env: str, lock: lockmod.Lock | None = None) -> str:
                            "--helm-kube-version", lock.kubernetes_version, str(overlays / env)],
                           lock=lock, binary="kustomize", check=False)
     if result.returncode != 0:
+        refused = helm.chart_error(result.stderr)  # the chart refused the values: its line names the key
+        if refused:
+            raise UserError(f"overlays/{env}: {refused}", f"fix the values overlays/{env} sets")
         raise UserError(f"overlays/{env}: kustomize build failed: {helm.first_error_line(result.stderr)}",
                         "fix the overlay or the chart values it sets")
     return result.stdout

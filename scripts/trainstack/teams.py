@@ -45,21 +45,40 @@ def _yaml() -> YAML:
     return y
 
 
+_FLAGS = {"admin": "--admins", "edit": "--members", "view": "--viewers"}
+_KINDS = {"user": "User", "group": "Group", "sa": "ServiceAccount"}
+
+
 def parse_members(members: list[str], role: str) -> list[dict]:
-    """`alice`, `user:alice`, `group:ml`, `sa:NAMESPACE/NAME` or `sa:NAME` -> subject entries."""
+    """`alice`, `user:alice`, `group:ml` or `sa:NAMESPACE/NAME` -> subject entries. A prefix that is not
+    user:, group: or sa: (`gruop:ml`), an empty name or a ServiceAccount without its namespace is a
+    UsageError naming the flag and the member; a user name with a colon is written `user:oidc:alice`."""
     out = []
     for raw in members:
         for item in (part.strip() for part in raw.split(",")):
             if not item:
                 continue
-            kind, _, name = item.partition(":") if item.split(":", 1)[0] in ("user", "group", "sa") else ("user", "", item)
-            entry: dict = {"kind": {"user": "User", "group": "Group", "sa": "ServiceAccount"}[kind]}
-            if kind == "sa" and "/" in name:
-                entry["namespace"], name = name.split("/", 1)
+            prefix, colon, rest = item.partition(":")
+            if colon and prefix not in _KINDS:
+                _bad_member(role, item, f"'{prefix}:' is not a member kind")
+            kind, name = (prefix, rest) if colon else ("user", item)
+            entry: dict = {"kind": _KINDS[kind]}
+            if kind == "sa":
+                namespace, slash, name = name.partition("/")
+                if not (slash and namespace and name):
+                    _bad_member(role, item, "a ServiceAccount is sa:NAMESPACE/NAME")
+                entry["namespace"] = namespace
+            if not name:
+                _bad_member(role, item, "the name is empty")
             entry["name"] = name
             entry["role"] = role
             out.append(entry)
     return out
+
+
+def _bad_member(role: str, item: str, why: str) -> None:
+    raise UsageError(f"{_FLAGS.get(role, '--members')}: {item!r}: {why}",
+                     "members are NAME, user:NAME, group:NAME or sa:NAMESPACE/NAME")
 
 
 def team_entry(args: argparse.Namespace) -> dict:
@@ -130,6 +149,7 @@ def add(env: str, name: str, entry: dict, values_path: Path | None = None, check
         raise UserError(f"{rel}: teams must be a mapping of team name to team")
     if name in teams:
         raise UserError(f"{rel}: teams.{name} already exists", "edit the entry in the file, or choose another name")
+    _check_namespace_free(rel, name, entry, teams)
     # YAML 1.1 (Helm's parser) reads y/n/yes/no/on/off/true/false keys as booleans: quote them.
     key = DoubleQuotedScalarString(name) if name.lower() in _YAML11_BOOLS else name
     teams[key] = entry
@@ -142,6 +162,17 @@ def add(env: str, name: str, entry: dict, values_path: Path | None = None, check
     diff = "".join(difflib.unified_diff(before.splitlines(keepends=True), after.splitlines(keepends=True),
                                         fromfile=f"a/{rel.lstrip('/')}", tofile=f"b/{rel.lstrip('/')}"))
     return path, diff
+
+
+def _check_namespace_free(rel: str, name: str, entry: dict, teams: dict) -> None:
+    """The new team's namespace is nobody else's. The chart checks this too, but it goes through the
+    teams in name order and blames the later one, which may be the team already in the file."""
+    namespace = entry.get("namespace") or name
+    for other, team in teams.items():
+        taken = (team.get("namespace") if isinstance(team, dict) else None) or other
+        if other not in RESERVED and taken == namespace:
+            raise UserError(f"{rel}: teams.{name}.namespace: {json.dumps(str(namespace))} is already the namespace of team {other}",
+                            "every team needs its own namespace: pass --namespace; nothing was written")
 
 
 def _relative(path: Path) -> str:
@@ -166,7 +197,7 @@ def _render_check(values_text: str, rel: str, path: Path | None = None, env_file
         result = helm.run(helm.template_args(None, *[a for f in files for a in ("-f", f)],
                                              kube_version=lock.kubernetes_version), lock=lock, check=False)
     if result.returncode != 0:
-        line = _CHART_ERROR.sub("", helm.first_error_line(result.stderr))
+        line = _CHART_ERROR.sub("", helm.first_error_line(result.stderr))  # the chart's fail message, whole
         raise UserError(f"{rel}: {line}", "nothing was written")
 
 
@@ -210,7 +241,7 @@ class AccessRow:
 
 
 def _kubectl(kubeconfig: Path, *args: str, input_text: str | None = None) -> proc.CompletedProcess:
-    return Kubectl(kubeconfig, binary=tools.require("kubectl")).kubectl(*args, input_text=input_text, check=False)
+    return Kubectl(kubeconfig, binary=tools.require_kubectl()).kubectl(*args, input_text=input_text, check=False)
 
 
 def _can_i(kubeconfig: Path, as_args: list[str], verb: str, resource: str, namespace: str | None,

@@ -13,6 +13,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +132,16 @@ def find_kubectl(lock: lockmod.Lock | None = None) -> Path | None:
     minor = kubectl_minor(out.stdout)
     wanted = int(lock.kubernetes_version.split(".")[1])
     return Path(found) if minor is not None and abs(minor - wanted) <= KUBECTL_SKEW else None
+
+
+def require_kubectl(lock: lockmod.Lock | None = None) -> Path:
+    """find_kubectl, or a UserError saying which kubectl would do and how to get one."""
+    found = find_kubectl(lock)
+    if found is None:
+        version = (lock or lockmod.load()).kubernetes_version
+        raise UserError(f"no kubectl {version} (or within one minor of it) is installed",
+                        "run 'trainstack tools install kubernetes' (or 'make setup'), or put a kubectl on PATH")
+    return found
 
 
 def require(binary: str, lock: lockmod.Lock | None = None) -> Path:
@@ -313,7 +324,46 @@ def install(names: list[str] | None = None, lock: lockmod.Lock | None = None,
                 failures.append(err)
     if failures:
         raise failures[0]
+    link_into_venv(lock)
     return [rows[t.name] for t in wanted]
+
+
+# The pinned CLIs a user runs by hand (the README's `helm install`, `kubectl apply -k examples/`): linked into
+# the venv's bin, so an activated venv (or .venv/bin/helm) runs the pinned build and not whatever PATH has.
+USER_BINARIES = ("helm", "helm3", "kustomize", "kubectl", "kubeconform", "kind", "crane")
+
+
+def venv_bin() -> Path | None:
+    """The bin folder of the virtualenv trainstack runs from; None outside one."""
+    return Path(sys.prefix) / "bin" if sys.prefix != sys.base_prefix else None
+
+
+def link_into_venv(lock: lockmod.Lock | None = None, bin_dir: Path | None = None) -> list[Path]:
+    """Link each installed pinned USER_BINARIES into bin_dir (default: the venv's bin); a file there that is
+    not such a link is left alone. Returns the links made or renewed."""
+    target = bin_dir or venv_bin()
+    if target is None or not target.is_dir():
+        return []
+    lock = lock or lockmod.load()
+    made = []
+    for binary in USER_BINARIES:
+        try:
+            tool = lock.tool_for_binary(binary)
+        except UserError:  # not in this lock
+            continue
+        stamp = _stamp(tool)
+        pinned = Path(stamp["binaries"][binary]) if stamp else None
+        link = target / binary
+        if pinned is None or not pinned.is_file() or (link.exists() and not link.is_symlink()):
+            continue
+        if link.is_symlink() and link.resolve() == pinned.resolve():
+            continue
+        tmp = target / f".{binary}.trainstack-link"
+        tmp.unlink(missing_ok=True)
+        tmp.symlink_to(pinned)
+        os.replace(tmp, link)
+        made.append(link)
+    return made
 
 
 def _write_stamp(tool: lockmod.Tool, binaries: dict[str, str], source: str, seconds: float = 0.0) -> None:

@@ -72,3 +72,38 @@ def test_an_environments_own_values_win_over_the_shared_file(chart_ready, tmp_pa
     assert result.returncode == 0, result.stderr
     replicas = {d["metadata"]["name"]: d["spec"]["replicas"] for d in docs_of(result.stdout) if d["kind"] == "Deployment"}
     assert replicas == {"kubeflow-trainer-controller-manager": 3, "jobset-controller": 2, "trainstack-tracking": 1}
+
+
+# The chart's one line for values it refuses, as helm fails it (guards.yaml), longer than 400 characters.
+GANG_NATIVE = ("scheduling.gang=native: the cluster does not serve scheduling.k8s.io/v1alpha2/PodGroup; it needs "
+               "Kubernetes 1.36 with the feature gates GenericWorkload")
+GANG_NATIVE_END = "(docs/scheduling.md; offline: helm template --api-versions scheduling.k8s.io/v1alpha2/PodGroup)"
+
+
+def _chart_message(stderr: str) -> str:
+    line = stderr.strip().splitlines()[-1]
+    assert "execution error" not in line and "templates/" not in line, line  # no helm wrapper, no template
+    assert GANG_NATIVE in line and GANG_NATIVE_END in line, line  # whole, not cut mid-word
+    return line
+
+
+def test_a_chart_fail_reaches_render_whole_without_a_template(chart_ready, tmp_path):
+    root = tmp_path / "root"  # a checkout whose dev overlay sets values the chart refuses
+    root.mkdir()
+    for name in ("charts", "releases.yaml", "trainstack.lock.yaml", "pyproject.toml"):
+        (root / name).symlink_to(ROOT / name)
+    shutil.copytree(ROOT / "overlays", root / "overlays", ignore=shutil.ignore_patterns("charts"))
+    with (root / "overlays" / "dev" / "values.yaml").open("a") as handle:
+        handle.write("\nscheduling:\n  gang: native\n")
+    result = run_cli("render", "--env", "dev", env={"TRAINSTACK_ROOT": str(root)})
+    assert_one_line_error(result, "overlays/dev")
+    assert _chart_message(result.stderr).startswith(f"error: overlays/dev: {GANG_NATIVE}")
+
+
+def test_a_chart_fail_reaches_team_add_whole_without_a_template(chart_ready, tmp_path):
+    values = tmp_path / "values.yaml"
+    values.write_text("scheduling:\n  gang: native\n")
+    result = run_cli("team", "add", "vision", "--values", str(values), "--members", "group:vision")
+    assert_one_line_error(result, str(values))
+    assert _chart_message(result.stderr).startswith(f"error: {values}: {GANG_NATIVE}")
+    assert values.read_text() == "scheduling:\n  gang: native\n"

@@ -30,3 +30,21 @@ def test_helm_builds_default_to_their_client_gos_kubernetes_as_the_released_bina
     trainstack = helm.run(["template", "t", str(ROOT / "charts" / "trainstack"), "--namespace", "kubeflow-system"],
                           binary=name, check=False)
     assert trainstack.returncode == 0, trainstack.stderr
+
+
+def test_the_readmes_helm_install_finds_the_pinned_helm_in_the_venv(lock):
+    """README: `make setup-chart`, then `helm install ...` with the venv's bin on PATH (activated, or
+    .venv/bin/helm): setting up puts the pinned chart tools there."""
+    import subprocess
+    import sys
+
+    from conftest import run_cli
+
+    result = run_cli("tools", "install", "--tier", "chart")  # what `make setup-chart` runs
+    assert result.returncode == 0, result.stderr
+    venv_bin = Path(sys.prefix) / "bin"
+    for name, args in (("helm", ["version", "--short"]), ("helm3", ["version", "--short"]),
+                       ("kustomize", ["version"])):
+        version = lock.tool_for_binary(name).version
+        out = subprocess.run([str(venv_bin / name), *args], capture_output=True, text=True, check=True).stdout
+        assert out.strip().startswith(version), (name, out)

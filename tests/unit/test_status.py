@@ -61,6 +61,16 @@ def test_no_kube_context_is_one_line(tmp_path):
     assert_one_line_error(unreachable, "cannot reach the API server https://127.0.0.1:1", "'here'")
 
 
+def test_a_malformed_kubeconfig_is_one_line_naming_the_file(tmp_path):
+    for name, text in (("broken", "foo: [\n"), ("tabbed", "apiVersion: v1\n\tkind: Config\n"),
+                       ("a-list", "- one\n- two\n")):
+        config = tmp_path / name
+        config.write_text(text)
+        result = run_cli("status", "--kubeconfig", str(config))
+        assert result.returncode == 1, result.stderr  # the user's file, not a bug in trainstack (3)
+        assert_one_line_error(result, "no usable kube context", str(config))
+
+
 def test_namespace_and_all_namespaces_exclude_each_other():
     result = run_cli("status", "-n", "a", "-A")
     assert result.returncode == 2 and "not allowed with" in result.stderr and "Traceback" not in result.stderr

@@ -14,6 +14,24 @@ def test_team_add_refuses_an_existing_or_reserved_team(values_file):
     assert values_file.read_text() == VALUES
 
 
+def test_team_add_blames_the_new_team_for_a_namespace_another_team_has(values_file):
+    # "alpha" sorts before "existing": the chart alone would blame teams.existing
+    for name in ("alpha", "zulu"):
+        result = run_cli("team", "add", name, "--values", str(values_file), "--members", "carol",
+                         "--namespace", "existing")
+        assert_one_line_error(result, f'teams.{name}.namespace: "existing" is already the namespace of team existing')
+        assert "teams.existing.namespace" not in result.stderr
+    assert values_file.read_text() == VALUES
+
+
+def test_team_add_refuses_a_member_it_cannot_read(values_file):
+    for member in ("gruop:vision", "sa:notvalid", "sa:/runner", "sa:ci/", "group:", "user:"):
+        result = run_cli("team", "add", "new", "--values", str(values_file), "--members", f"carol,{member}")
+        assert result.returncode == 2, result.stderr
+        assert_one_line_error(result, "--members", repr(member))
+    assert values_file.read_text() == VALUES
+
+
 def test_member_syntax():
     from trainstack.teams import parse_members
 
@@ -22,6 +40,8 @@ def test_member_syntax():
         {"kind": "Group", "name": "ml", "role": "view"},
         {"kind": "ServiceAccount", "namespace": "ci", "name": "runner", "role": "view"},
         {"kind": "User", "name": "bob", "role": "view"}]
+    # a user name with a colon (an OIDC prefix) is written with user: before it
+    assert parse_members(["user:oidc:alice"], "edit") == [{"kind": "User", "name": "oidc:alice", "role": "edit"}]
 
 
 # -- on a real API server (the local control plane): RBAC, Kueue objects, the queue label ---------

@@ -142,3 +142,33 @@ def test_a_stamp_is_trusted_only_with_the_recipe_the_lock_builds_today(tmp_path,
     assert status({**base, "recipe": tools._recipe(tool)}) == "installed"
     assert status(base) == "missing"  # no recipe recorded
     assert status({**base, "recipe": {**tools._recipe(tool), "ldflags": "-X main.version=dev"}}) == "missing"
+
+
+def test_commands_that_need_kubectl_take_one_within_the_skew(tmp_path, lock, monkeypatch):
+    """A CI runner's kubectl one minor off the pinned Kubernetes does: no command insists on the pinned build."""
+    from trainstack import teams, tools
+    from trainstack.errors import UserError
+
+    monkeypatch.setenv("TRAINSTACK_CACHE", str(tmp_path / "cache"))  # no pinned kubectl built
+    minor = int(lock.kubernetes_version.split(".")[1])
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    script = folder / "kubectl"
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+
+    def answers(client_minor: int) -> None:
+        version = json.dumps({"clientVersion": {"major": "1", "minor": str(client_minor)}})
+        script.write_text(f"#!/bin/sh\ncase \"$*\" in\n  'version --client -o json') echo '{version}';;\n"
+                          "  *'auth can-i'*) echo yes;;\n  *) exit 1;;\nesac\n")
+        script.chmod(0o755)
+
+    answers(minor - 1)
+    assert teams._can_i(tmp_path / "kubeconfig", [], "create", "trainjobs", "team-a")  # the team checks run it
+    assert tools.require_kubectl(lock) == script
+    answers(minor - 2)  # outside the skew: one line saying what is wanted
+    with pytest.raises(UserError, match=r"within one minor"):
+        tools.require_kubectl(lock)
+    # every caller goes through find_kubectl: nothing asks for the pinned kubectl by name
+    callers = [str(p.relative_to(ROOT)) for p in (ROOT / "scripts" / "trainstack").rglob("*.py")
+               if 'require("kubectl"' in p.read_text()]
+    assert callers == []

@@ -392,8 +392,8 @@ class LocalCluster:
 
     # -- API access -------------------------------------------------------------------------
     def kubectl_client(self) -> Kubectl:
-        """The pinned kubectl (the cluster's own where it placed one) as cluster admin, in kwokctl's environment."""
-        binary = self.binaries.get("kubectl") or tools.require("kubectl", self.lock)
+        """A kubectl within the skew (the cluster's own where it placed one) as cluster admin, in kwokctl's environment."""
+        binary = self.binaries.get("kubectl") or tools.require_kubectl(self.lock)
         return Kubectl(self.kubeconfig, lock=self.lock, binary=binary, cache_dir=self.workdir / "kube-cache",
                        env=self._env())
 

@@ -74,7 +74,7 @@ def forwarded(kube: Any, lock: lockmod.Lock, port: int = PORT, timeout: float = 
               service: str = SERVICE) -> Iterator[str]:
     """http://127.0.0.1:<free port>, forwarded to PORT of the tracking Service (or SERVICE) by `kubectl
     port-forward`."""
-    kubectl = Kubectl(kube.kubeconfig, lock=lock, binary=tools.require("kubectl", lock))
+    kubectl = Kubectl(kube.kubeconfig, lock=lock, binary=tools.require_kubectl(lock))
     cmd = kubectl.line("port-forward", "--address", "127.0.0.1", "-n", NAMESPACE, f"svc/{service}", f":{port}")
     process = proc.start(cmd, stdout=proc.PIPE, stderr=proc.STDOUT, stdin=proc.DEVNULL, text=True,
                          what="kubectl port-forward")

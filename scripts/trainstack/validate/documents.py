@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
+from .. import yamlio
 from ..errors import UsageError
 from .yamlvalues import Builder, Composer, TooManyAliases, key_name
 
@@ -208,9 +209,8 @@ def _parse_chunk(chunk: str, offset: int, file: str, docs: list[Document], index
             except yaml.MarkedYAMLError as err:
                 mark = err.problem_mark or err.context_mark
                 line = offset + (mark.line if mark else 0) + 1
-                message = " ".join(str(x) for x in (err.context, err.problem) if x) or "invalid YAML"
                 docs.append(Document(file, next_index(), line, None, problems=[
-                    Problem("yaml-syntax", f"YAML syntax error: {message} (line {line})", "", line)]))
+                    Problem("yaml-syntax", f"YAML syntax error: {yamlio.error_line(err, chunk, offset)}", "", line)]))
                 return
             except yaml.YAMLError as err:
                 line = offset + 1
@@ -466,8 +466,12 @@ def expand(paths: list[str]) -> list[str]:
             continue
         path = Path(raw)
         if path.is_dir():
-            out.extend(str(p) for p in sorted(path.rglob("*"))
-                       if p.is_file() and p.suffix.lower() in SUFFIXES and not _hidden(p, path))
+            found = [str(p) for p in sorted(path.rglob("*"))
+                     if p.is_file() and p.suffix.lower() in SUFFIXES and not _hidden(p, path)]
+            if not found:
+                raise UsageError(f"{raw}: no YAML or JSON files in the folder (*.yaml, *.yml, *.json)",
+                                 "name the files, or a folder that holds them")
+            out.extend(found)
         elif path.is_file():
             out.append(str(path))
         else:

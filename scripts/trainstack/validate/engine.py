@@ -13,10 +13,12 @@ import gc
 import json
 import multiprocessing
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..jsontypes import json_type
+from ..quantity import EXAMPLES as QUANTITY_EXAMPLES
 from . import documents, formats, policies, semantics, structural
 from .documents import Document
 from .report import ERROR, WARNING, Finding, Result
@@ -109,6 +111,14 @@ class Validator:
         if not isinstance(data, dict):
             add("type-meta", f"a Kubernetes object must be a mapping, got {json_type(data)}")
             return
+        if api_version is None and kind is None and _is_values_file(doc.file):
+            add("not-an-object", "a Helm values file, not a Kubernetes object: not validated (validate what the chart "
+                "renders with it: trainstack validate --env ENV)", severity=WARNING)
+            return
+        if isinstance(api_version, str) and api_version.startswith(KUSTOMIZE_GROUP + "/"):
+            add("not-an-object", f"kustomize's own file ({kind}), not a Kubernetes object: not validated (validate what "
+                "it builds: kustomize build DIR | trainstack validate -)", "/kind", WARNING)
+            return
         if not (isinstance(api_version, str) and api_version and isinstance(kind, str) and kind):
             for name, value in (("apiVersion", api_version), ("kind", kind)):
                 if isinstance(value, str) and value:
@@ -173,9 +183,23 @@ class Validator:
 
     # -- files ----------------------------------------------------------------------------------
     def text(self, file: str, text: str, out: Outcome, keep: bool, base_index: int = 0, base_line: int = 0) -> None:
+        seen = False
         for doc in documents.documents(file, text, base_index, base_line):
+            seen = True
             self.document(doc, out, keep)
             doc.node = None
+        if not seen and base_index == 0 and base_line == 0:  # kubectl apply: "no objects passed to apply"
+            out.findings.append(Finding(file, 1, 0, "", "", "", "", "empty", ERROR,
+                                        "the file has no Kubernetes objects (it is empty or holds only comments)", ""))
+
+
+KUSTOMIZE_GROUP = "kustomize.config.k8s.io"  # Kustomization, Component: kustomize reads them, the API server never
+_VALUES_FILE = re.compile(r"(^|[-_.])values([-_.][^/]*)?\.ya?ml$")
+
+
+def _is_values_file(file: str) -> bool:
+    """values.yaml, values-prod.yaml, prod.values.yaml, ...: Helm values files by their name."""
+    return bool(_VALUES_FILE.search(os.path.basename(file)))
 
 
 def _text(value: Any) -> str:
@@ -225,8 +249,7 @@ def _describe(err, info: KindInfo) -> list[tuple[str, str, str]]:
     if kind == "Pattern":
         pattern = details.get("pattern", "")
         if pattern == formats.QUANTITY_PATTERN:
-            return [("quantity", path, (f"{where}: Invalid value: {_short(value)}: quantities must match the regular "
-                                        "expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'"))]
+            return [("quantity", path, f"{where}: {_short(value)} is not a Kubernetes quantity ({QUANTITY_EXAMPLES})")]
         if pattern in (formats.RFC3339_PATTERN, formats.CRD_DATETIME_PATTERN):
             return [("schema", path, (f"{where}: Invalid value: {_short(value)}: must be an RFC 3339 date-time "
                                       "(e.g. 2006-01-02T15:04:05Z)"))]
@@ -332,10 +355,39 @@ def run(catalog: Catalog, files: list[str], options: Options, texts: dict[str, s
     if outcome.crds and outcome.unknown:
         _revalidate_with_input_crds(validator, outcome, texts)
     if options.policies:
-        outcome.findings.extend(policies.evaluate(outcome.objects, catalog))
+        judged = policies.evaluate(outcome.objects, catalog)
+        _lines_of_fields(judged, texts)
+        outcome.findings.extend(judged)
     order = {file: i for i, file in enumerate(files)}
     outcome.findings.sort(key=lambda f: (order.get(f.file, len(order)), f.document, f.line, f.path, f.rule, f.message))
     return Result(documents=outcome.documents, findings=outcome.findings)
+
+
+def _lines_of_fields(findings: list[Finding], texts: dict[str, str]) -> None:
+    """Give findings that name a field (a JSON pointer) the line of that field: the objects kept for the
+    policy pass hold their data, not where each field is, so their files are read again (only those)."""
+    by_file: dict[str, list[Finding]] = {}
+    for finding in findings:
+        if finding.path:
+            by_file.setdefault(finding.file, []).append(finding)
+    for file, found in by_file.items():
+        text = texts.get(file)
+        if text is None:
+            text, problem = documents.read(file)
+            if text is None or problem is not None:
+                continue
+        docs: dict[int, list[documents.Document]] = {}
+        for doc in documents.documents(file, text):
+            docs.setdefault(doc.index, []).append(doc)
+        for finding in found:
+            for doc in docs.get(finding.document, []):
+                data = doc.data if isinstance(doc.data, dict) else {}
+                meta = data.get("metadata")
+                name = meta.get("name") if isinstance(meta, dict) else None
+                if data.get("kind") == finding.kind and str(name or "") == finding.name:
+                    finding.line = doc.line_of(finding.path)
+                    finding.path = doc.prefix + finding.path
+                    break
 
 
 def _revalidate_with_input_crds(validator: Validator, outcome: Outcome, texts: dict[str, str]) -> None:

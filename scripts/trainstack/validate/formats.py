@@ -11,6 +11,8 @@ import json
 import re
 from typing import Any
 
+from .. import quantity as quantity_module
+
 # -- patterns used inside the generated JSON Schemas (Rust regex syntax) -----------------------
 QUANTITY_PATTERN = r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+|[KMGTPE]i|[numkMGTPE])?$"
 RFC3339_PATTERN = (r"^[0-9]{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12][0-9]|3[01])T(?:[01][0-9]|2[0-3]):[0-5][0-9]:"
@@ -140,8 +142,7 @@ def quantity(value: Any) -> list[str]:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         return ["quantities must be strings or numbers"]
     if isinstance(value, str) and not _QUANTITY.match(value):
-        return [("quantities must match the regular expression "
-                "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$'")]
+        return [quantity_module.not_a_quantity(value)]
     return []
 
 

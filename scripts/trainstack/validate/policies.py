@@ -81,6 +81,33 @@ def _finding(doc: _Doc, rule: str, severity: str, message: str, path: str = "") 
                    severity, message, path)
 
 
+_OBJECT_PATH = re.compile(r"\b(object|variables)((?:\.[A-Za-z_][A-Za-z0-9_]*|\[\s*'[^']*'\s*\]|\[\s*\"[^\"]*\"\s*\])+)")
+_SEGMENT = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[\s*['\"]([^'\"]*)['\"]\s*\]")
+
+
+def field_read(expression: str, variables: dict[str, str], data: dict, depth: int = 0) -> str:
+    """The JSON pointer of the field a validation expression judges: of the fields of the object it reads
+    (`object.spec.x`, or through `variables.NAME` those its variable reads), the deepest the object has,
+    the first of equals; `object.kind` and `object.apiVersion` are guards, not judged. Where a finding of
+    the expression points ("" when it reads no field of the object: the document's line)."""
+    best = ""
+    for match in _OBJECT_PATH.finditer(expression):
+        parts = [a or b for a, b in _SEGMENT.findall(match.group(2))]
+        if match.group(1) == "variables":
+            inner = variables.get(parts[0]) if parts else None
+            found = field_read(inner, variables, data, depth + 1) if inner and depth < 8 else ""
+        else:
+            found, node = "", data
+            for part in parts if parts[:1] not in (["kind"], ["apiVersion"]) else []:
+                if not isinstance(node, dict) or part not in node:
+                    break
+                node = node[part]
+                found += "/" + part.replace("~", "~0").replace("/", "~1")
+        if found.count("/") > best.count("/"):
+            best = found
+    return best
+
+
 def _rule_matches(rule: dict, group: str, version: str, plural: str, namespaced: bool, name: str) -> bool:
     def has(values: Any, value: str) -> bool:
         return isinstance(values, list) and ("*" in values or value in values)
@@ -186,16 +213,16 @@ def evaluate(objects: list, catalog) -> list[Finding]:
                     continue
                 messages = policy.run(doc, info, params, namespaces)
                 merged = merged_docs.get(id(doc.data)) if policy.judge_merged else None
-                if merged is not None:
-                    seen = set(messages)
+                if merged is not None:  # the merged runtime's fields are not where the TrainJob has them
+                    seen = {m for m, _ in messages}
                     prefix = f"TrainingRuntime {doc.name}: "
-                    messages += [f"{merged[2]}: {m.removeprefix(prefix)}"
-                                 for m in policy.run(merged[0], merged[1], params, namespaces) if m not in seen]
-                for message in messages:
+                    messages += [(f"{merged[2]}: {m.removeprefix(prefix)}", "")
+                                 for m, _ in policy.run(merged[0], merged[1], params, namespaces) if m not in seen]
+                for message, field in messages:
                     text = _denied(policy_name, binding.name, message)
                     if "Deny" not in actions:
                         text += f" (validationActions: {', '.join(actions)})"
-                    findings.append(_finding(doc, "policy", severity, text))
+                    findings.append(_finding(doc, "policy", severity, text, field))
     return findings
 
 
@@ -298,8 +325,9 @@ class _Compiled:
                                      f"{path}: Invalid value: compilation failed: {error}", path))
         return program
 
-    def run(self, doc: _Doc, info, params: Any, namespaces: dict[str, dict]) -> list[str]:
-        """Violation messages for doc (empty when admitted)."""
+    def run(self, doc: _Doc, info, params: Any, namespaces: dict[str, dict]) -> list[tuple[str, str]]:
+        """Violations of doc (empty when admitted): (message, JSON pointer of the field the failing
+        expression reads, "" for none)."""
         namespace_object = namespaces.get(doc.namespace) if info.namespaced else None
         if info.namespaced and namespace_object is None:
             namespace_object = {"apiVersion": "v1", "kind": "Namespace",
@@ -310,7 +338,7 @@ class _Compiled:
         for condition in self.conditions:
             value, error = self._eval(condition["program"], data)
             if error:
-                return [f"matchCondition {condition['raw'].get('name', '')!r} failed: {error}"] if self.fail else []
+                return [(f"matchCondition {condition['raw'].get('name', '')!r} failed: {error}", "")] if self.fail else []
             if value is not True:
                 return []
         variables: dict[str, Any] = {}
@@ -332,9 +360,10 @@ class _Compiled:
                 value, error = None, f"variables.{used[0]}: {broken[used[0]]}"
             else:
                 value, error = self._eval(validation["program"], data)
+            field = field_read(expression, self._variable_expressions(), doc.data)
             if error:
                 if self.fail:
-                    out.append(f"expression '{expression}' resulted in error: {error}")
+                    out.append((f"expression '{expression}' resulted in error: {error}", field))
                 continue
             if value is True:
                 continue
@@ -343,8 +372,11 @@ class _Compiled:
                 text, err = self._eval(validation["message_program"], data)
                 if not err and isinstance(text, str) and text.strip() and "\n" not in text:
                     message = text
-            out.append(message)
+            out.append((message, field))
         return out
+
+    def _variable_expressions(self) -> dict[str, str]:
+        return {str(v["raw"].get("name", "")): str(v["raw"].get("expression", "")) for v in self.variables}
 
     def _eval(self, program, data: dict) -> tuple[Any, str]:
         if program is None:

@@ -26,6 +26,8 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 # What each rule checks (SARIF rule descriptions and `--output text` legends).
 RULES: dict[str, str] = {
     "yaml-syntax": "the document must be well-formed YAML or JSON",
+    "empty": "a file must hold at least one object",
+    "not-an-object": "a Helm values file or a kustomization is named as what it is, not validated as an object",
     "duplicate-key": "a mapping must not repeat a key (the API server rejects duplicate fields)",
     "json-value": "every value must be representable in JSON (no NaN/Infinity, no unsupported tags)",
     "invalid-text": "the text must be UTF-8 and every string Unicode text (no unpaired UTF-16 surrogates)",

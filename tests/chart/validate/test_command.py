@@ -133,3 +133,49 @@ def test_two_workers_find_exactly_what_one_finds(tmp_path: Path):
         assert one == two
         assert one["summary"]["documents"] == 2600
         assert one["summary"]["errors"] > 100
+
+
+def test_a_quantity_error_names_the_value_not_a_regular_expression(tmp_path: Path):
+    path = tmp_path / "pod.yaml"
+    path.write_text("apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\nspec:\n  containers:\n    - name: c\n"
+                    "      image: busybox:1.36\n      resources:\n        requests:\n          cpu: lots\n")
+    code, out = command.run([str(path), "-o", "json"])
+    assert code == 1
+    [finding] = json.loads(out)["findings"]
+    assert (finding["rule"], finding["line"], finding["path"]) == (
+        "quantity", 11, "/spec/containers/0/resources/requests/cpu")
+    assert '"lots" is not a Kubernetes quantity' in finding["message"]
+    assert "regular expression" not in finding["message"] and "^(" not in finding["message"]
+
+
+def test_an_empty_file_is_an_error_not_a_success(tmp_path: Path):
+    empty, comments = tmp_path / "empty.yaml", tmp_path / "comments.yaml"
+    empty.write_text("")
+    comments.write_text("# nothing here yet\n---\n")
+    for path in (empty, comments):
+        result = cli(str(path))
+        assert result.returncode == 1, result
+        assert f"{path}:1: error:" in result.stdout and "no Kubernetes objects" in result.stdout
+    result = cli("-", input_text="")
+    assert result.returncode == 1 and "no Kubernetes objects" in result.stdout
+    # beside a file with objects, an empty one is still named
+    good = tmp_path / "good.yaml"
+    good.write_text(VALID)
+    code, out = command.run([str(good), str(empty), "-o", "json"])
+    assert code == 1
+    assert [(f["file"], f["rule"]) for f in json.loads(out)["findings"]] == [(str(empty), "empty")]
+
+
+def test_the_repositorys_examples_validate_and_what_is_no_object_is_named(tmp_path: Path):
+    code, out = command.run([str(ROOT / "examples"), "-o", "json"])
+    result = json.loads(out)
+    assert code == 0, [f for f in result["findings"] if f["severity"] == "error"]
+    named = {(Path(f["file"]).relative_to(ROOT / "examples").as_posix(), f["rule"]) for f in result["findings"]}
+    assert named == {("kustomization.yaml", "not-an-object"), ("teams/values.yaml", "not-an-object")}
+    # only a values file's name and a kustomize kind say so: anything else without apiVersion is an error
+    (tmp_path / "config.yaml").write_text("teams: {}\n")
+    (tmp_path / "values.yaml").write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\ndata:\n  a: 1\n")
+    code, out = command.run([str(tmp_path), "-o", "json"])
+    assert code == 1
+    assert sorted((Path(f["file"]).name, f["rule"]) for f in json.loads(out)["findings"]) == [
+        ("config.yaml", "type-meta"), ("config.yaml", "type-meta"), ("values.yaml", "schema")]

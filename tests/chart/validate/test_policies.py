@@ -57,3 +57,16 @@ def test_namespace_selector_uses_the_namespace_labels(tmp_path: Path):
     (tmp_path / "10.yaml").write_text(other)
     _code, out = command.run([str(tmp_path), "--policies", "-o", "json"])
     assert not [f for f in json.loads(out)["findings"] if f["name"] == "noteam" and f["rule"] == "policy"]
+
+
+def test_a_policy_finding_names_the_line_of_the_field_it_judges(tmp_path: Path):
+    (tmp_path / "00.yaml").write_text(SETUP + "---\n" + POLICIES)
+    (tmp_path / "10.yaml").write_text(
+        f"# too many keys and no team label\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: wide\n"
+        f"  namespace: {NS}\n  labels:\n    app: x\ndata:\n  a: '1'\n  b: '2'\n  c: '3'\n  d: '4'\n")
+    code, out = command.run([str(tmp_path), "--policies", "-o", "json"])
+    assert code == 1
+    found = {f["message"].split("'")[1]: (f["line"], f["path"]) for f in json.loads(out)["findings"]
+             if f["name"] == "wide" and f["rule"] == "policy"}
+    # the team label policy reads object.metadata.labels (line 7); max-keys its variable, object.data (line 9)
+    assert found == {"test-team-label": (7, "/metadata/labels"), "test-max-keys": (9, "/data")}

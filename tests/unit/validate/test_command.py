@@ -18,3 +18,11 @@ def test_the_openapi_source_pins_the_same_kubernetes_as_the_tools(lock):
     assert source.module == lock.tool("kubernetes").module
     assert source.version == lock.tool("kubernetes").version == lock.kubernetes_version
     assert source.sum.startswith("h1:")
+
+
+def test_a_folder_without_yaml_or_json_files_is_a_usage_error(tmp_path):
+    (tmp_path / "notes.txt").write_text("not a manifest\n")
+    (tmp_path / "sub").mkdir()
+    code, out = command.run([str(tmp_path), "--output", "json"])
+    assert code == 2
+    assert str(tmp_path) in json.loads(out)["error"] and "no YAML or JSON files" in json.loads(out)["error"]

@@ -28,6 +28,13 @@ def test_one_broken_document_does_not_hide_the_next():
     assert docs[1].data == {"b": 2}
 
 
+def test_a_tab_that_indents_a_line_is_called_a_tab():
+    docs = _docs("a: 1\n---\napiVersion: v1\nkind: ConfigMap\nmetadata:\n\tname: x\n")
+    problem = docs[1].problems[0]
+    assert (problem.rule, problem.line) == ("yaml-syntax", 6)
+    assert "tab" in problem.message and "line 6" in problem.message
+
+
 def test_document_marker_inside_a_block_scalar_ends_the_document():
     docs = _docs("a: |\n  text\n---\nb: 1\n")
     assert docs[0].data == {"a": "text\n"} and docs[1].data == {"b": 1}
