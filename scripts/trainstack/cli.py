@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     lock_p.set_defaults(func=_cmd_lock)
 
     docs_p = sub.add_parser("docs", help="regenerate generated files: the chart README and values.schema.json, "
-                                         "the README tables")
+                                         "the tables of docs/runtimes.md and docs/guardrails.md")
     docs_p.add_argument("--check", action="store_true", help="fail when a generated file is stale")
     docs_p.set_defaults(func=_cmd_docs)
 
