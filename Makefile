@@ -72,10 +72,10 @@ validate: setup-chart ## validate ENV (default dev): schemas, CRD CEL rules, for
 chart: setup-chart ## the chart as one reproducible archive in dist/ (dependencies and CRDs inside); SIGN=KEY adds helm provenance signed by that gpg key
 	$(TS) chart package -d dist $(if $(SIGN),--sign $(SIGN))
 
-docs: venv ## regenerate generated docs (chart README, README tables, values.schema.json)
+docs: venv ## regenerate generated docs (chart README, values.schema.json, the tables of docs/runtimes.md and docs/guardrails.md)
 	$(TS) docs
 
-generate: setup-chart ## regenerate every generated file: the lock's and the release's versions, the Kueue configuration (upstream's default + ours), CHANGELOG.md, the docs, the guard-rail review, the golden renders (tests/chart/golden/)
+generate: setup-chart ## regenerate every generated file: the lock's and the release's versions, the Kueue configuration (upstream's default + ours), CHANGELOG.md, the docs, the guard-rail review, bench/results/README.md's table, the golden renders (tests/chart/golden/)
 	$(TS) generate
 
 verify: setup-chart ## regenerate every generated file into a scratch copy of the checkout; fail naming each one that differs (about 35 s warm)
