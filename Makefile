@@ -14,8 +14,7 @@ TEST_TIMES := artifacts/test-times
 # temporary folders; the chart tier's render cache locks its writes), so they run on every CPU, one file
 # per worker (pytest-xdist). The integration tier's three workers each start the shared cluster (a local API
 # server with KWOK nodes, on ports the OS picks) and share it among their files: its tests wait on controllers
-# and the scheduler, so a third worker fills the waits (on 2 cores, 6 December 2026: 142 s with three, 164
-# with two, 160 with four).
+# and the scheduler, so a third worker fills the waits (the figures: docs/decisions.md).
 # The e2e tier runs its three groups side by side (tier-e2e).
 TIER_ARGS_unit := -n auto --dist loadfile
 TIER_ARGS_chart := -n auto --dist loadfile
@@ -28,8 +27,8 @@ help: ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/:.*## /\t/'
 
 # The venv's packages are installed by uv (the lock's python.uv, pinned; its cache is ~/.cache/uv), compiled
-# to bytecode at install as pip does (else every tier's first processes compile the same modules at once):
-# about 15 s on a fresh clone here where pip took about 60. pip stays in the venv for the wheel downloads of
+# to bytecode at install as pip does (else every tier's first processes compile the same modules at once);
+# faster than pip (docs/decisions.md). pip stays in the venv for the wheel downloads of
 # `trainstack smoke install` (which installs with this uv too). The package itself (editable) is compiled here as
 # well: where PYTHONDONTWRITEBYTECODE is set nothing else writes its bytecode, and every process would compile it.
 UV_VERSION := $(shell sed -n 's/^  uv: "\(.*\)"$$/\1/p' trainstack.lock.yaml)
@@ -73,13 +72,13 @@ validate: setup-chart ## validate ENV (default dev): schemas, CRD CEL rules, for
 chart: setup-chart ## the chart as one reproducible archive in dist/ (dependencies and CRDs inside); SIGN=KEY adds helm provenance signed by that gpg key
 	$(TS) chart package --out-dir dist $(if $(SIGN),--sign $(SIGN))
 
-docs: venv ## regenerate generated docs (chart README, README tables, values.schema.json)
+docs: venv ## regenerate generated docs (chart README, values.schema.json, the tables of docs/runtimes.md and docs/guardrails.md)
 	$(TS) docs
 
-generate: setup-chart ## regenerate every generated file: the lock's and the release's versions, the Kueue configuration (upstream's default + ours), CHANGELOG.md, the docs, the guard-rail review, docs/architecture.md's module map, the golden renders (tests/chart/golden/)
+generate: setup-chart ## regenerate every generated file: the lock's and the release's versions, the Kueue configuration (upstream's default + ours), CHANGELOG.md, the docs, the guard-rail review, bench/results/README.md's table, docs/architecture.md's module map, the golden renders (tests/chart/golden/)
 	$(TS) generate
 
-verify: setup-chart ## regenerate every generated file into a scratch copy of the checkout; fail naming each one that differs (about 35 s warm)
+verify: setup-chart ## regenerate every generated file into a scratch copy of the checkout; fail naming each one that differs
 	$(TS) verify
 
 lock-check: venv ## check the lock file and Chart.lock
@@ -145,7 +144,7 @@ endif
 e2e: $(E2E_SETUP) ## smoke TrainJobs end to end (PROVIDER=local|kind|existing|auto, ENV=dev)
 	$(TS) e2e --provider $(PROVIDER) --env $(ENV)
 
-setup-gitops: setup ## make setup + the gitops tier: Argo CD (built from its module with the pinned Go toolchain); make test and test-e2e build it, make e2e does not need it (a cold build of 4.7 min after the other tools here, 6 December 2026)
+setup-gitops: setup ## make setup + the gitops tier: Argo CD (built from its module with the pinned Go toolchain); make test and test-e2e build it, make e2e does not need it (its cold build time: bench/results/README.md)
 	$(TS) tools install --tier gitops
 
 e2e-gitops: setup-gitops ## the platform synced from git by a stock Argo CD (no plugin) on one real node of the local cluster (its TrainJobs are single-node; training across nodes is make e2e's)

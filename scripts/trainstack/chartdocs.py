@@ -76,11 +76,12 @@ def render_readme(chart_dir: Path | None = None) -> str:
 def write(check: bool = False, chart_dir: Path | None = None) -> list[Path]:
     """Write (or with check=True only compare) the generated files; returns the stale ones."""
     chart_dir = chart_dir or paths.chart_dir()
-    readme = paths.repo_root() / "README.md"
     wanted = {chart_dir / "README.md": render_readme(chart_dir),
               chart_dir / "values.schema.json": schemagen.render(chart_dir)}
-    if readme.exists():
-        wanted[readme] = fill_readme(readme.read_text())
+    for rel in TABLE_DOCS:
+        doc = paths.repo_root() / rel
+        if doc.exists():
+            wanted[doc] = fill_readme(doc.read_text())
     stale = []
     for target, text in wanted.items():
         current = target.read_text() if target.exists() else ""
@@ -91,7 +92,10 @@ def write(check: bool = False, chart_dir: Path | None = None) -> list[Path]:
     return stale
 
 
-# -- tables in the top-level README ------------------------------------------------------------
+# -- the runtime and rule tables of the docs ---------------------------------------------------
+
+# The files whose `<!-- BEGIN GENERATED: NAME -->` sections (SECTIONS) `trainstack docs` fills.
+TABLE_DOCS = ("docs/runtimes.md", "docs/guardrails.md")
 
 WHEN_TO_USE = {
     "cpu": "CPU pools, CI, small models, debugging a job before it takes GPUs",

@@ -3,9 +3,11 @@
 One list, STEPS, names every generator of a file trainstack commits: the versions the lock pins
 (`lock sync`), the Kueue configuration string in values.yaml (`kueueconfig`), the version of the
 newest release (`_version.py`, Chart.yaml's `version`), the overlays' published chart and shared
-values copies (`overlaysync`), CHANGELOG.md, the chart README, values.schema.json and the README
-tables (`trainstack docs`), docs/guardrails.md's table (`validate.review`), docs/architecture.md's
-module map (`modulemap`) and the golden renders (tests/chart/golden.py). `generate` runs them in
+values copies (`overlaysync`), CHANGELOG.md,
+the chart README, values.schema.json and the runtime and rule tables of docs/runtimes.md and
+docs/guardrails.md (`trainstack docs`), docs/guardrails.md's field review (`validate.review`), the table
+of benchmark records in bench/results/README.md (`benchdocs`), docs/architecture.md's module map
+(`modulemap`) and the golden renders (tests/chart/golden.py). `generate` runs them in
 order on a checkout; `verify` runs the same steps on a scratch copy of the checkout (its tracked
 files and its untracked files that git does not ignore, and the built chart dependencies)
 and fails naming each file the copy ended up different from the working tree. So there is one
@@ -95,6 +97,12 @@ def _module_map(root: Path) -> None:
     modulemap.write(root)
 
 
+def _bench_records(root: Path) -> None:
+    from . import benchdocs
+
+    benchdocs.write(root)
+
+
 def _golden(root: Path) -> None:
     # A script of the chart tier (it renders every environment in a subprocess of its own), run with
     # the package and the root of the tree it writes into.
@@ -122,8 +130,9 @@ STEPS = [
     Step("overlays", "the published chart each overlays/ENV/kustomization.yaml names (releases.yaml's chartRepository "
          "and version), and the copies of overlays/shared/ files the overlays list", _overlays),
     Step("changelog", "CHANGELOG.md (releases.yaml)", _changelog),
-    Step("docs", "the chart README, values.schema.json, the README tables", _docs),
-    Step("review", "docs/guardrails.md's table", _review),
+    Step("docs", "the chart README, values.schema.json, the tables of docs/runtimes.md and docs/guardrails.md", _docs),
+    Step("review", "docs/guardrails.md's field review", _review),
+    Step("bench records", "bench/results/README.md's table of the JSON records", _bench_records),
     Step("module map", "docs/architecture.md's module map (layers.toml and each module's docstring)", _module_map),
     Step("golden", "tests/chart/golden/ENV.yaml", _golden),
 ]

@@ -1,6 +1,7 @@
 """`trainstack lint` (`make lint`, run by `make test`): ruff over the Python, `helm lint --strict`
 over the chart with its defaults and with each environment's values, the layer contract (who may
-import whom, no import cycles) and mypy over the package.
+import whom, no import cycles), mypy over the package, and no dated figure in a comment (the
+reference is not the record: a date next to a figure belongs in bench/results/ or a commit body).
 
 Every tool is pinned by the lock (`python.test`, exact versions: what they report changes from
 release to release) and checked here against what is installed; helm is the lock's helm v4.
@@ -9,9 +10,13 @@ The layers live in layers.toml at the repository root; docs/architecture.md expl
 
 from __future__ import annotations
 
+import ast
+import io
 import json
 import os
+import re
 import sys
+import tokenize
 import tomllib
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -28,7 +33,7 @@ from .errors import UserError, output_line
 PYTHON_TREES = ("scripts", "tests", "examples")
 PACKAGE = "trainstack"
 LAYERS_FILE = "layers.toml"
-CHECKS = ("ruff", "helm lint", "layers", "cycles", "mypy")
+CHECKS = ("ruff", "helm lint", "layers", "cycles", "mypy", "dated figures")
 
 
 @dataclass
@@ -330,6 +335,101 @@ def mypy_check(lock: lockmod.Lock, package_root: Path | None = None, files: list
     return check
 
 
+# ---- dated figures in comments ---------------------------------------------------------------------
+
+# Comments and docstrings state the rule and point to the record (`# see bench/results/tests.json`); a date
+# next to a figure (a timing and the day it was taken) is a record and goes to bench/results/ or a commit body.
+DATED_TREES = ("scripts", "tests")
+_MONTH = "(?:January|February|March|April|May|June|July|August|September|October|November|December)"
+DATE = re.compile(rf"\b(?:\d{{1,2}}(?:\s+and\s+\d{{1,2}})?\s+{_MONTH}(?:\s+\d{{4}})?|{_MONTH}\s+\d{{1,2}},?\s+\d{{4}}"
+                  rf"|\d{{4}}-\d{{2}}-\d{{2}})\b")
+FIGURE = re.compile(r"\b\d[\d,]*(?:\.\d+)?\s*(?:ms|s|min|minutes?|seconds?|hours?|%|[KMG]i?B|CPU-s)(?![\w-])")
+NEAR = 160  # characters either side of a date in which a figure makes it a dated figure
+
+
+@dataclass(frozen=True)
+class Prose:
+    """A comment block or a docstring: where it starts (1-based line) and its text, lines joined by newlines."""
+    line: int
+    text: str
+
+
+def python_prose(source: str) -> list[Prose]:
+    """Every comment block (consecutive comment lines) and every docstring of a Python source."""
+    found: list[Prose] = []
+    block: list[tuple[int, str]] = []
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            if block and block[-1][0] != tok.start[0] - 1:
+                found.append(Prose(block[0][0], "\n".join(text for _, text in block)))
+                block = []
+            block.append((tok.start[0], tok.string.lstrip("#").strip()))
+    if block:
+        found.append(Prose(block[0][0], "\n".join(text for _, text in block)))
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            doc = ast.get_docstring(node, clean=False)
+            if doc is not None and node.body:
+                found.append(Prose(node.body[0].lineno, doc))
+    return found
+
+
+def makefile_prose(text: str) -> list[Prose]:
+    """The Makefile's comment blocks and each target's `## help`."""
+    found: list[Prose] = []
+    block: list[tuple[int, str]] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stripped = line.strip()
+        if stripped.startswith("#"):
+            block.append((number, stripped.lstrip("#").strip()))
+            continue
+        if block:
+            found.append(Prose(block[0][0], "\n".join(t for _, t in block)))
+            block = []
+        if " ## " in line and not line.startswith("\t"):
+            found.append(Prose(number, line.split(" ## ", 1)[1]))
+    if block:
+        found.append(Prose(block[0][0], "\n".join(t for _, t in block)))
+    return found
+
+
+def dated_figures_in(prose: Prose) -> list[tuple[int, str]]:
+    """(line, excerpt) for each date in PROSE with a figure within NEAR characters of it."""
+    hits = []
+    for date in DATE.finditer(prose.text):
+        start, end = max(0, date.start() - NEAR), date.end() + NEAR
+        if any(FIGURE.search(part) for part in (prose.text[start:date.start()], prose.text[date.end():end])):
+            line = prose.line + prose.text.count("\n", 0, date.start())
+            excerpt = " ".join(prose.text[max(0, date.start() - 40):date.end() + 10].split())
+            hits.append((line, excerpt))
+    return hits
+
+
+def dated_figures(root: Path | None = None, trees: tuple[str, ...] = DATED_TREES,
+                  makefile: str = "Makefile") -> Check:
+    """No comment or docstring under TREES (Python) nor comment or help of the Makefile holds a dated figure."""
+    check = Check("dated figures")
+    root = root or paths.repo_root()
+    sources: list[tuple[str, list[Prose]]] = []
+    for tree in trees:
+        for path in sorted((root / tree).rglob("*.py")):
+            if "__pycache__" in path.parts:
+                continue
+            rel = path.relative_to(root).as_posix()
+            try:
+                sources.append((rel, python_prose(path.read_text())))
+            except (SyntaxError, tokenize.TokenError) as err:  # ruff reports the syntax itself
+                check.problems.append(f"{rel}: cannot be read for comments ({err})")
+    if (root / makefile).is_file():
+        sources.append((makefile, makefile_prose((root / makefile).read_text())))
+    for rel, prose in sources:
+        for block in prose:
+            for line, excerpt in dated_figures_in(block):
+                check.problems.append(f"{rel}:{line}: a dated figure in a comment (\"{excerpt}\"): keep the rule, "
+                                      "move the figure to bench/results/ or the commit body")
+    return check
+
+
 # ---- the command -----------------------------------------------------------------------------------
 
 
@@ -351,4 +451,6 @@ def run(lock: lockmod.Lock | None = None, only: list[str] | None = None) -> list
         checks += [c for c in contract_checks() if c.name in wanted]
     if "mypy" in wanted:
         checks.append(mypy_check(lock))
+    if "dated figures" in wanted:
+        checks.append(dated_figures())
     return checks

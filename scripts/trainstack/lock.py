@@ -131,7 +131,7 @@ class Lock:
             if not isinstance(node, dict) or key not in node:
                 raise UserError(
                     f"{self.path}: missing lock entry '{'.'.join(walked)}'",
-                    "add it to the lock file; see the README section 'How versions are pinned'",
+                    "add it to the lock file; see docs/versions.md",
                 )
             node = node[key]
         return node

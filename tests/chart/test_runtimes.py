@@ -261,7 +261,7 @@ def test_every_golden_runtime_has_an_example_trainjob(default_runtimes):
 
 
 def test_readme_table_lists_what_the_chart_renders(default_runtimes):
-    """The generated README table (chartdocs, Python) and the chart (Helm) apply the same naming rule."""
+    """The generated runtime table of docs/runtimes.md (chartdocs, Python) and the chart (Helm) apply the same naming rule."""
     from trainstack import chartdocs
 
     catalog = chartdocs.runtime_catalog()

@@ -7,10 +7,8 @@ module that starts a cluster of its own are there too, and importable from here 
   `trainstack e2e` or `e2e down`, or checks what such a run leaves on the host (iptables, sysctls,
   network namespaces, cgroups, run folders): one module after another, as in a plain `pytest tests/e2e`;
   the CPU-heavy local-process modules (the torch smoke, the frameworks' local runs) stay beside: moved into
-  the real-node groups to even the groups out, they gained 15 s in one run (groups 770, 713, 749 s where
-  677, 673, 786 before) and lost 150 in the next (the torch smoke took 93 s there, 27 beside; 6 December
-  2026). Light modules do move: the beside group was the longest (636 s, against 559 and 596 for the
-  real-node groups, in the fresh-clone run of b165ce9), so the e2e failure paths (KWOK clusters,
+  the real-node groups to even the groups out, they showed no steady gain (docs/decisions.md). Light modules
+  do move, where the beside group was the longest (commit 7a222b3), so the e2e failure paths (KWOK clusters,
   `trainstack e2e` stopped at its start) and the SDK's fine-tuning check (no cluster) run here;
 - the second real-node group (`-m real_nodes_2`): the modules that declare `REAL_NODE_GROUP = 2`. They
   may start real nodes too, on clusters of their own (each cluster has its own namespaces, cgroups,

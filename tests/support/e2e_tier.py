@@ -11,9 +11,9 @@ and exits with the tier's status: 0 when every group passed, 5 when none collect
 (PYTEST_ARGS' -k may leave a group empty: that group alone is no failure), else the first failing
 group's status. Which modules run in which group, and why that is safe: tests/e2e/conftest.py.
 
-Three, not more: the beside group alone takes about as long as the tier (830 s), but the tier is CPU-bound
-on 2 cores, and with the beside modules split into two processes the tier took 1,059 s on a fresh clone
-where three took 959 (6 December 2026): the real-node groups slowed by more than the beside group gained.
+Three, not more: the beside group alone takes about as long as the tier, but the tier is CPU-bound on 2
+cores, and with the beside modules split into two processes the real-node groups slowed by more than the
+beside group gained (docs/decisions.md).
 
 Processes rather than pytest-xdist's `--dist loadgroup`: under pytest 9.2 that mode silently
 stops grouping (it renames item._nodeid, which pytest 9 no longer reads: pytest-dev/pytest-xdist#1386,

@@ -6,7 +6,7 @@ from support.cli import run_cli
 
 
 def test_chart_readme_is_not_stale():
-    """The chart README, the README tables and values.schema.json match what `trainstack docs` writes."""
+    """The chart README, the docs' runtime and rule tables and values.schema.json match what `trainstack docs` writes."""
     result = run_cli("docs", "--check")
     assert result.returncode == 0, result.stdout
 

@@ -30,10 +30,10 @@ TIERS = ("unit", "chart", "integration", "e2e")
 BUDGET_WARM_S = 15 * 60
 BAR_WARM_S = 20 * 60
 BUDGET_COLD_S = 60 * 60
-# The machine's speed at the moment (machine_speed): this kind of machine shares its host, and commits that
-# differ little in it have had e2e tiers of 739 to 954 s on it from one run to another, so each record says how fast the
-# machine was before the first step and after the last: its Python loop alone missed a slowdown that took setup, lint
-# and unit 30 to 40% longer (7 December 2026), so process starts and synced writes are measured too.
+# The machine's speed at the moment (machine_speed): this kind of machine shares its host, and the same commit's
+# e2e tier differs by minutes from one run to another (bench/results/README.md), so each record says how fast the
+# machine was before the first step and after the last. A Python loop alone can miss a slowdown of process starts
+# and disk writes, so those are measured too.
 REFERENCE_LOOP = 20_000_000
 STARTS = 20
 SYNCED_FILES = 16

@@ -21,8 +21,8 @@ from ..errors import UserError
 # registry, the host controllers, Argo CD): the heap grows to 5 times the live data before a collection,
 # where Go's default (100) collects at twice. On this 2-core kind of machine the daemons of three clusters
 # share the CPUs with the tests, and an idle collector's mark workers take CPU the others wait for: one
-# `trainstack e2e` run's API server used 42 CPU-s with the default and 32 with this, its memory 1.1 GB
-# against 0.6 (README, "Tuned for a small machine"). GOGC set in the caller's environment wins.
+# `trainstack e2e` run's API server uses less CPU with this, for about twice the memory (the figures:
+# docs/decisions.md; docs/local-cluster.md). GOGC set in the caller's environment wins.
 DAEMON_GOGC = "400"
 
 

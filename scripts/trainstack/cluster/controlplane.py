@@ -68,8 +68,8 @@ def kwokctl_config(lock: lockmod.Lock, binaries: dict[str, Path], workdir: Path,
     config: dict[str, Any] = {"apiVersion": "config.kwok.x-k8s.io/v1alpha1", "kind": "KwokctlConfiguration",
                               "options": options}
     # One controller manager and one scheduler, each alone: no leader election (scheduler_configuration too).
-    # Each would renew its Lease every 2 s: 60 of the 141 Lease writes a minute of an idle real-node cluster's
-    # API server (7 December 2026); and it would exit when the API server stays away past its renew deadline
+    # Each would renew its Lease every 2 s, a large share of an idle real-node cluster's API server writes (the
+    # figure: commit c4df864); and it would exit when the API server stays away past its renew deadline
     # (a fault test, a control-plane upgrade).
     alone = [{"key": "leader-elect", "value": "false", "override": True}]
     config["componentsPatches"] = [{"name": "kube-controller-manager", "extraArgs": alone}]

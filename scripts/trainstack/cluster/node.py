@@ -13,7 +13,7 @@ every containerd pulls from it over plain HTTP, as a mirrored cluster does. Pers
 provisioner binary to build, and their directories live in the run's work dir, so a claim's
 data outlives its pods but not the cluster.
 
-Settings this host kind needs (see the README): `failCgroupV1: false` and the cgroupfs driver
+Settings this host kind needs (docs/local-cluster.md): `failCgroupV1: false` and the cgroupfs driver
 (cgroup v1), containerd `restrict_oom_score_adj = true` (root lacks CAP_SYS_RESOURCE).
 """
 
