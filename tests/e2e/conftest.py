@@ -18,9 +18,8 @@ module that starts a cluster of its own are there too, and importable from here 
   sandboxes, by its own run folder and cluster name) stay their own: the real platform
   (`test_real_platform`, `test_lifecycle_real`), node loss (`test_node_loss`), the kind provider's e2e
   (`test_e2e_kind`: `trainstack e2e --provider kind`, whose engine, nodes and pods live in a sandbox of
-  its own; after a crash it removes only kind's leftovers), and, to even the groups
-  out, the tracking example's local runs (`test_example_tracking`: no cluster, mostly waiting on the
-  MLflow client's retries). The timing-bound tests that failed now and then on this 2-core machine with
+  its own; after a crash it removes only kind's leftovers, and `e2e down --provider kind` after a killed
+  run). The timing-bound tests that failed now and then on this 2-core machine with
   three groups at once are made to ride out the load: a host controller that exits at start is started
   again (e2e/hostcontrollers.py), and the teams' Kueue waits longer for PodsReady (e2e/teams_live.py);
 - beside them (`-m beside_real_nodes`): the modules that declare `BESIDE_REAL_NODES = True`. They run

@@ -18,9 +18,9 @@ import pytest
 from conftest import ROOT
 from trainstack import trainenv
 
-# the second real-node group (tests/e2e/conftest.py): local processes only, mostly waiting on MLflow's retries;
-# moved there from beside to even the groups out
-REAL_NODE_GROUP = 2
+# beside the real-node groups (tests/e2e/conftest.py): local processes only, mostly waiting on MLflow's retries
+# (the second real-node group has the kind provider's e2e)
+BESIDE_REAL_NODES = True
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
