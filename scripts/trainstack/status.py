@@ -112,7 +112,7 @@ class Cluster:
         chosen = context or (active or {}).get("name", "")
         if context and context not in {c["name"] for c in contexts}:
             raise UserError(f"kube context '{context}' is not in the kubeconfig",
-                            f"known: {', '.join(c['name'] for c in contexts) or 'none'}", exit_code=2)
+                            f"known: {', '.join(c['name'] for c in contexts) or 'none'}")
         self.api = kubeapi.client(kubeconfig, context)
         # a pod's log comes from its node's kubelet: a 500 there (the kubelet cannot be reached) is no overloaded
         # API server, and five retries of it cost 6 s per pod

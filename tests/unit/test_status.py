@@ -56,9 +56,13 @@ def test_no_kube_context_is_one_line(tmp_path):
     config.write_text("apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
                       "users: [{name: u, user: {token: t}}]\ncontexts: [{name: here, context: {cluster: c, user: u}}]\n"
                       "current-context: here\n")
-    assert_one_line_error(run_cli("status", "--kubeconfig", str(config), "--context", "there"), "kube context 'there'")
+    unknown = run_cli("status", "--kubeconfig", str(config), "--context", "there")
+    assert_one_line_error(unknown, "kube context 'there'")
     unreachable = run_cli("status", "--kubeconfig", str(config), "-A")
     assert_one_line_error(unreachable, "cannot reach the API server https://127.0.0.1:1", "'here'")
+    # one exit code for the same kind of problem, a kubeconfig or context that does not lead to a cluster:
+    # 1 (errors.py: the user's input), as for a missing or malformed file; 2 is for wrong usage only
+    assert {r.returncode for r in (run_cli("status", "--kubeconfig", str(missing)), unknown, unreachable)} == {1}
 
 
 def test_a_malformed_kubeconfig_is_one_line_naming_the_file(tmp_path):
