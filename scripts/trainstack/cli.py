@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(err.one_line(), file=sys.stderr)
         if cmdline.wants_json(words, args):  # --output json: the failure as data on stdout too
-            print(json.dumps({"error": {"message": err.message, "hint": err.hint, "exit_code": err.exit_code}},
+            print(json.dumps({"error": err.as_data()},
                              indent=2))
         return err.exit_code
     except KeyboardInterrupt:

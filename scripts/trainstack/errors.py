@@ -28,6 +28,10 @@ class UserError(Exception):
             text += f" ({self.hint})"
         return text.replace("\n", " ")
 
+    def as_data(self) -> dict[str, object]:
+        """The error as `--output json` gives it, one shape for every subcommand: {"message", "hint", "exit_code"}."""
+        return {"message": self.message, "hint": self.hint, "exit_code": self.exit_code}
+
 
 class UsageError(UserError):
     """The command itself was used wrongly (unknown flag, missing path): exit code 2."""

@@ -43,13 +43,14 @@ def _main(args: argparse.Namespace) -> int:
 
 def execute(args: argparse.Namespace, stdin_text: str | None = None) -> tuple[int, str]:
     """Run validate for parsed args: (exit code, what goes to stdout). UserErrors propagate
-    unless the output is JSON, where they become {"error": ...} objects."""
+    unless the output is JSON, where the report carries them as `"error": {"message", "hint", "exit_code"}`, the
+    shape every subcommand's `--output json` gives an error (errors.UserError.as_data)."""
     try:
         result = _validate(args, stdin_text)
     except UserError as err:
         if args.output == "json":
             body = {"summary": {"documents": 0, "errors": 1, "warnings": 0}, "findings": [],
-                    "error": err.one_line()}
+                    "error": err.as_data()}
             return err.exit_code, json.dumps(body, indent=2) + "\n"
         raise
     return (1 if result.errors else 0), report.render(result, args.output)
@@ -106,7 +107,7 @@ def run(argv: list[str], stdin_text: str | None = None) -> tuple[int, str]:
         wants_json = "json" in argv and any(a in ("--output", "-o", "--output=json") for a in argv)
         if wants_json:
             return 2, json.dumps({"summary": {"documents": 0, "errors": 1, "warnings": 0}, "findings": [],
-                                  "error": err.one_line()}, indent=2) + "\n"
+                                  "error": err.as_data()}, indent=2) + "\n"
         return 2, ""
     stderr = io.StringIO()
     try:

@@ -10,7 +10,8 @@ from trainstack.validate import command
 def test_wrong_usage_with_json_output_still_prints_json():
     code, out = command.run(["/no/such/file.yaml", "--output", "json"])
     assert code == 2
-    assert "no such file" in json.loads(out)["error"]
+    error = json.loads(out)["error"]  # the shape of every subcommand's JSON error (tests/unit/test_cli_convention.py)
+    assert "no such file" in error["message"] and error["exit_code"] == 2
 
 
 def test_the_openapi_source_pins_the_same_kubernetes_as_the_tools(lock):
@@ -25,4 +26,5 @@ def test_a_folder_without_yaml_or_json_files_is_a_usage_error(tmp_path):
     (tmp_path / "sub").mkdir()
     code, out = command.run([str(tmp_path), "--output", "json"])
     assert code == 2
-    assert str(tmp_path) in json.loads(out)["error"] and "no YAML or JSON files" in json.loads(out)["error"]
+    message = json.loads(out)["error"]["message"]
+    assert str(tmp_path) in message and "no YAML or JSON files" in message
